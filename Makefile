@@ -1,0 +1,37 @@
+# Quick start: `make demo` runs trajforge on its bundled data; `make test` runs the tests.
+# Both create .venv and install the project (with its dev, train and ray extras) when missing
+# or when pyproject.toml changed.
+PYTHON ?= python3
+VENV := .venv
+STAMP := $(VENV)/.installed
+EXTRAS ?= dev,train,ray
+
+.PHONY: demo test lint format bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(VENV)/bin/python -m pip install --quiet -e '.[$(EXTRAS)]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/python -m trajforge.demo
+
+test: $(STAMP)
+	$(VENV)/bin/ruff check src tests bench
+	$(VENV)/bin/ruff format --check src tests bench
+	$(VENV)/bin/python -m pytest
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check src tests bench
+	$(VENV)/bin/ruff format --check src tests bench
+
+format: $(STAMP)
+	$(VENV)/bin/ruff format src tests bench
+	$(VENV)/bin/ruff check --fix src tests bench
+
+bench: $(STAMP)
+	for f in bench/*.py; do $(VENV)/bin/python $$f || exit 1; done
+
+clean:
+	rm -rf $(VENV) demo-out .pytest_cache

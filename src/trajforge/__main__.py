@@ -1,0 +1,3 @@
+from trajforge.cli.main import app
+
+app()

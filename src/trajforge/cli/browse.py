@@ -1,0 +1,97 @@
+"""`trajforge ls` and `trajforge show`: list and read stored trajectories."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from trajforge.cli.common import (
+    DbOption,
+    EnvOption,
+    HarnessOption,
+    JsonOption,
+    LimitOption,
+    ModelOption,
+    OutcomeOption,
+    TaskOption,
+    console,
+    make_filter,
+    open_store,
+    print_json,
+)
+from trajforge.cli.render import render_trajectory
+from trajforge.store import TrajectoryRow
+
+
+def ls_command(
+    db: DbOption = None,
+    harness: HarnessOption = None,
+    model: ModelOption = None,
+    env: EnvOption = None,
+    task: TaskOption = None,
+    outcome: OutcomeOption = None,
+    limit: LimitOption = None,
+    json_out: JsonOption = False,
+) -> None:
+    """List stored trajectories (one line each)."""
+    flt = make_filter(harness, model, env, task, outcome, limit)
+    with open_store(db) as store:
+        rows = store.rows(flt)
+    if json_out:
+        print_json([_row_json(r) for r in rows])
+        return
+    console.print(_rows_table(rows))
+
+
+def _row_json(row: TrajectoryRow) -> dict:
+    return {
+        "id": row.id,
+        "source": row.harness,
+        "model": row.model,
+        "environment": row.environment,
+        "task_id": row.task_id,
+        "success": row.success,
+        "reward": row.reward,
+        "run": row.run,
+        "messages": row.n_messages,
+        "steps": row.n_steps,
+        "tokens": row.total_tokens,
+        "parent": row.parent_id,
+        "fork_index": row.fork_index,
+    }
+
+
+def _rows_table(rows: list[TrajectoryRow]) -> Table:
+    table = Table(title=f"{len(rows)} trajectories")
+    for column in ("id", "source", "model", "env", "task", "outcome", "steps", "tokens"):
+        table.add_column(column)
+    for row in rows:
+        outcome = {True: "[green]success", False: "[red]failure", None: "?"}[row.success]
+        table.add_row(
+            row.id[:12],
+            row.harness or "",
+            row.model or "",
+            row.environment or "",
+            row.task_id or "",
+            outcome,
+            str(row.n_steps),
+            "" if row.total_tokens is None else str(row.total_tokens),
+        )
+    return table
+
+
+def show_command(
+    traj_id: Annotated[str, typer.Argument(help="Trajectory id or unique prefix.")],
+    db: DbOption = None,
+    json_out: JsonOption = False,
+    full: Annotated[bool, typer.Option("--full", help="Do not shorten long messages.")] = False,
+) -> None:
+    """Show one trajectory: messages, tool calls, labels, faults and outcome."""
+    with open_store(db) as store:
+        traj = store.get(traj_id)
+    if json_out:
+        print_json(traj.model_dump(mode="json"))
+        return
+    render_trajectory(console, traj, full=full)

@@ -1,0 +1,92 @@
+"""Options, output and error handling shared by the CLI commands."""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import orjson
+import typer
+from rich.console import Console
+
+from trajforge.errors import UserError
+from trajforge.store import Store, TrajectoryFilter, default_db_path
+
+console = Console()
+err_console = Console(stderr=True)
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+DbOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--db",
+        envvar="TRAJFORGE_DB",
+        help="SQLite store file (default ./trajforge.db, or $TRAJFORGE_DB).",
+        show_default=False,
+    ),
+]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
+HarnessOption = Annotated[str | None, typer.Option("--harness", help="Only this source harness.")]
+ModelOption = Annotated[str | None, typer.Option("--model", help="Only models containing this.")]
+EnvOption = Annotated[str | None, typer.Option("--env", help="Only this environment.")]
+TaskOption = Annotated[str | None, typer.Option("--task", help="Only this task id.")]
+OutcomeOption = Annotated[
+    str | None, typer.Option("--outcome", help="Only 'success' or 'failure' runs.")
+]
+LimitOption = Annotated[int | None, typer.Option("--limit", help="At most this many runs.")]
+
+
+def make_filter(
+    harness: str | None = None,
+    model: str | None = None,
+    env: str | None = None,
+    task: str | None = None,
+    outcome: str | None = None,
+    limit: int | None = None,
+    ids: list[str] | None = None,
+) -> TrajectoryFilter:
+    """A `TrajectoryFilter` from the common CLI filter options."""
+    if outcome not in (None, "success", "failure"):
+        raise UserError(f"--outcome must be 'success' or 'failure', got '{outcome}'")
+    success = None if outcome is None else outcome == "success"
+    return TrajectoryFilter(
+        ids=ids or [],
+        harness=harness,
+        model=model,
+        environment=env,
+        task_id=task,
+        success=success,
+        limit=limit,
+    )
+
+
+def open_store(db: Path | None, must_exist: bool = True) -> Store:
+    """Open the store; a missing file is a clear error for read-only commands."""
+    path = db or default_db_path()
+    if must_exist and not path.exists():
+        raise UserError(f"no store at {path}; import something first (trajforge import PATH)")
+    return Store(path)
+
+
+def print_json(value: Any) -> None:
+    """Print a JSON document to stdout."""
+    data = orjson.dumps(value, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY)
+    sys.stdout.write(data.decode() + "\n")
+
+
+def guarded(func: F) -> F:
+    """Turn a `UserError` into one line on stderr and exit status 1."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except UserError as exc:
+            err_console.print(f"error: {exc}", markup=False, highlight=False, soft_wrap=True)
+            raise typer.Exit(1) from None
+
+    return wrapper  # type: ignore[return-value]

@@ -1,0 +1,27 @@
+"""The `trajforge` command line: one module per command group, registered here."""
+
+from __future__ import annotations
+
+import typer
+
+from trajforge.cli import browse, importing, report
+from trajforge.cli.common import guarded
+
+app = typer.Typer(
+    name="trajforge",
+    help="Import, fork, diagnose and learn from LLM-agent trajectories.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+
+app.command("import")(guarded(importing.import_command))
+app.command("ls")(guarded(browse.ls_command))
+app.command("show")(guarded(browse.show_command))
+app.command("stats")(guarded(report.stats_command))
+app.command("export")(guarded(report.export_command))
+app.command("schema")(guarded(report.schema_command))
+
+
+if __name__ == "__main__":
+    app()

@@ -1,0 +1,73 @@
+"""Readable rendering of a trajectory for the terminal."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from rich.console import Console, Group
+from rich.panel import Panel
+from rich.text import Text
+
+from trajforge.schema import Message, Trajectory
+
+ROLE_STYLES = {"system": "dim", "user": "cyan", "assistant": "green", "tool": "yellow"}
+SHORT_LIMIT = 1200
+
+
+def render_trajectory(console: Console, traj: Trajectory, full: bool = False) -> None:
+    console.print(_header(traj))
+    notes = _notes_by_index(traj)
+    for index, message in enumerate(traj.messages):
+        console.print(_message_panel(index, message, notes.get(index, []), full))
+    for note in notes.get(None, []):
+        console.print(note)
+
+
+def _header(traj: Trajectory) -> Panel:
+    outcome = traj.outcome
+    verdict = {True: "[green]success[/]", False: "[red]failure[/]", None: "unknown"}
+    lines = [
+        f"[bold]{traj.id}[/]  task {traj.task.id} ({traj.task.environment or '?'})",
+        f"source {traj.source.harness or '?'} · model {traj.source.model or '?'}"
+        f" · run {traj.source.run or '-'}",
+        f"outcome {verdict[outcome.success]} reward={outcome.reward} "
+        f"judged by {outcome.judged_by or '?'} · ended: {outcome.termination_reason or '?'}",
+        f"{len(traj.messages)} messages · {len(traj.assistant_indices())} steps · "
+        f"tokens {traj.usage.total_tokens if traj.usage.total_tokens is not None else '?'}",
+    ]
+    if traj.parent:
+        lines.append(f"fork of {traj.parent.trajectory_id} at message {traj.parent.message_index}")
+    if traj.task.instruction:
+        lines.append(Text(_shorten(traj.task.instruction, 400, False), style="italic").markup)
+    return Panel("\n".join(lines), title="trajectory")
+
+
+def _notes_by_index(traj: Trajectory) -> dict[int | None, list[Text]]:
+    notes: dict[int | None, list[Text]] = defaultdict(list)
+    for label in traj.labels:
+        text = f"label ({label.source}) agent={label.agent} category={label.category}: "
+        notes[label.message_index].append(Text(text + (label.reason or ""), style="bold red"))
+    for fault in traj.faults:
+        text = f"fault {fault.kind} on {fault.tool}: {fault.detail or ''}"
+        notes[fault.message_index].append(Text(text, style="bold magenta"))
+    return notes
+
+
+def _message_panel(index: int, message: Message, notes: list[Text], full: bool) -> Panel:
+    parts: list[Text] = [Text(_shorten(message.text(), SHORT_LIMIT, full))]
+    for call in message.tool_calls or []:
+        parts.append(Text(f"→ {call.name}({_shorten(call.arguments, 400, full)})", style="bold"))
+    parts.extend(notes)
+    title = f"[{index}] {message.role}" + (f" · {message.name}" if message.name else "")
+    if message.tool_call_id:
+        title += f" ← {message.tool_call_id}"
+    return Panel(
+        Group(*parts), title=title, title_align="left", border_style=ROLE_STYLES[message.role]
+    )
+
+
+def _shorten(text: str, limit: int, full: bool) -> str:
+    if full or len(text) <= limit:
+        return text
+    hidden = f"… [{len(text) - limit} characters hidden; --full shows all] …"
+    return f"{text[: limit // 2]}\n{hidden}\n{text[-limit // 2 :]}"

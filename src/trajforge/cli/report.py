@@ -1,0 +1,119 @@
+"""`trajforge stats`, `trajforge export` and `trajforge schema`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from trajforge.cli.common import (
+    DbOption,
+    EnvOption,
+    HarnessOption,
+    JsonOption,
+    LimitOption,
+    ModelOption,
+    OutcomeOption,
+    TaskOption,
+    console,
+    make_filter,
+    open_store,
+    print_json,
+)
+from trajforge.export import EXPORTERS, export
+from trajforge.schema import json_schema
+from trajforge.stats import compute_stats
+
+
+def stats_command(
+    db: DbOption = None,
+    harness: HarnessOption = None,
+    model: ModelOption = None,
+    env: EnvOption = None,
+    task: TaskOption = None,
+    outcome: OutcomeOption = None,
+    json_out: JsonOption = False,
+) -> None:
+    """Counts and success rates by source, model and environment; step and token spreads."""
+    with open_store(db) as store:
+        report = compute_stats(store, make_filter(harness, model, env, task, outcome))
+    if json_out:
+        print_json(report)
+        return
+    print_stats(report)
+
+
+def print_stats(report: dict[str, Any]) -> None:
+    """Render a stats report as rich tables."""
+    rate = report["success_rate"]
+    console.print(
+        f"[bold]{report['total']}[/] trajectories, {report['successes']} successes"
+        + (f" ({rate:.1%} of judged)" if rate is not None else "")
+    )
+    for key, title in (
+        ("by_source", "source"),
+        ("by_model", "model"),
+        ("by_environment", "environment"),
+    ):
+        console.print(_group_table(report[key], title))
+    console.print(_distribution_table(report))
+
+
+def _group_table(groups: list[dict[str, Any]], title: str) -> Table:
+    table = Table(title=f"by {title}")
+    for column in (title, "runs", "successes", "success rate"):
+        table.add_column(column, justify="left" if column == title else "right")
+    for group in groups:
+        rate = group["success_rate"]
+        table.add_row(
+            group["name"],
+            str(group["total"]),
+            str(group["successes"]),
+            "-" if rate is None else f"{rate:.1%}",
+        )
+    return table
+
+
+def _distribution_table(report: dict[str, Any]) -> Table:
+    table = Table(title="distributions")
+    for column in ("", "min", "median", "p90", "max", "mean"):
+        table.add_column(column, justify="right")
+    rows = {
+        "steps": report["steps"],
+        "steps (success)": report["steps_by_outcome"]["success"],
+        "steps (failure)": report["steps_by_outcome"]["failure"],
+        "tokens": report["tokens"],
+    }
+    for name, dist in rows.items():
+        if dist:
+            table.add_row(name, *(f"{dist[k]:g}" for k in ("min", "median", "p90", "max", "mean")))
+    return table
+
+
+def export_command(
+    out: Annotated[Path, typer.Option("--out", "-o", help="File to write.")],
+    fmt: Annotated[
+        str, typer.Option("--format", "-f", help=f"One of: {', '.join(EXPORTERS.names())}.")
+    ] = "jsonl",
+    db: DbOption = None,
+    harness: HarnessOption = None,
+    model: ModelOption = None,
+    env: EnvOption = None,
+    task: TaskOption = None,
+    outcome: OutcomeOption = None,
+    limit: LimitOption = None,
+) -> None:
+    """Export trajectories (JSONL round-trips exactly; Parquet for analytics)."""
+    exporter_check = EXPORTERS.get(fmt)  # fail on an unknown format before reading
+    del exporter_check
+    with open_store(db) as store:
+        flt = make_filter(harness, model, env, task, outcome, limit)
+        count = export(fmt, store.query(flt), out)
+    console.print(f"wrote {count} trajectories to {out} ({fmt})")
+
+
+def schema_command() -> None:
+    """Print the JSON Schema of a trajectory document."""
+    print_json(json_schema())

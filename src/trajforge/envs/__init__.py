@@ -1,0 +1,12 @@
+"""Environments: the protocol and a registry by name.
+
+Register an environment class with `ENVIRONMENTS.register(name, "module:Class")`; any
+`module:Class` path also works where a name is expected.
+"""
+
+from trajforge.envs.base import Environment, Oracle, StepResult, TaskSet
+from trajforge.registry import Registry
+
+ENVIRONMENTS: Registry[type] = Registry("environment")
+
+__all__ = ["ENVIRONMENTS", "Environment", "Oracle", "StepResult", "TaskSet"]

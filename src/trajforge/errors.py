@@ -1,0 +1,46 @@
+"""Errors sorted by who must act on them.
+
+- `UserError`: the person running trajforge must fix something (bad file, bad option,
+  unknown name). The CLI prints its message on one line and exits non-zero.
+- `InputError`: a `UserError` about a specific input record; names file and record.
+- `ToolError`: raised by an environment tool; the *agent* sees the message as the tool
+  result and the episode goes on.
+- `EpisodeEnd`: ends one episode (limits, monitor stop, user quit) with a termination reason.
+"""
+
+from __future__ import annotations
+
+
+class TrajforgeError(Exception):
+    """Base of all trajforge errors."""
+
+
+class UserError(TrajforgeError):
+    """Something the user must fix; the message says what and, where possible, how."""
+
+
+class InputError(UserError):
+    """A malformed input: names the file, the record (index or JSON path) and the problem."""
+
+    def __init__(self, file: str, problem: str, record: str | int | None = None) -> None:
+        self.file = file
+        self.record = record
+        self.problem = problem
+        where = f"{file}" if record is None else f"{file} [record {record}]"
+        super().__init__(f"{where}: {problem}")
+
+
+class UnknownFormatError(UserError):
+    """No importer recognizes a file."""
+
+
+class ToolError(TrajforgeError):
+    """A tool call failed; the agent sees this message as the tool's result."""
+
+
+class EpisodeEnd(TrajforgeError):
+    """Ends one episode with a termination reason (not an error of the batch)."""
+
+    def __init__(self, reason: str, message: str = "") -> None:
+        self.reason = reason
+        super().__init__(message or reason)

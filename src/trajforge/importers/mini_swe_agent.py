@@ -1,0 +1,180 @@
+"""mini-swe-agent `.traj.json` files, with SWE-bench verdicts found beside them.
+
+A file holds one run: `{info{exit_status, submission, model_stats, config}, messages[],
+trajectory_format, instance_id}`. Actions are bash blocks in assistant text; observations
+are user messages with `<returncode>` / `<output>`.
+
+Step mapping: message index = position in `messages` (0 system, 1 the task prompt, then
+assistant/user pairs). mini-swe-agent's "step" k (its k-th model call) is the k-th assistant
+message. Each assistant message keeps its raw model response, with token usage, in
+`Message.extra["response"]`; each also gets an `LLMCall` with that usage.
+
+Verdicts: for `.../trajs/<id>/<id>.traj.json` the importer reads `.../logs/<id>/report.json`
+(the SWE-bench harness report), else `.../results_summary.json`; both are consumed as
+sidecars when importing a folder.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from trajforge.errors import InputError
+from trajforge.importers.base import base_name, load_json
+from trajforge.importers.openai_messages import to_message
+from trajforge.schema import LLMCall, Message, Outcome, Source, Task, Trajectory, Usage
+
+_PR = re.compile(r"<pr_description>(.*?)</pr_description>", re.S)
+
+
+class MiniSweAgentImporter:
+    name = "mini-swe-agent"
+    description = "mini-swe-agent .traj.json (with SWE-bench report.json beside it)"
+
+    def detect(self, path: Path, head: bytes) -> bool:
+        if base_name(path).endswith(".traj.json"):
+            return head.lstrip()[:1] == b"{"
+        return b'"messages"' in head and b'"mini-swe-agent' in head
+
+    def read(self, path: Path) -> Iterator[Trajectory]:
+        data = load_json(path)
+        if not isinstance(data, dict):
+            raise InputError(str(path), "expected a JSON object")
+        try:
+            yield _to_trajectory(data, path)
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            problem = f"missing field {exc}" if isinstance(exc, KeyError) else str(exc)
+            raise InputError(str(path), problem.splitlines()[0], "$") from exc
+
+    def sidecars(self, path: Path) -> list[Path]:
+        instance = _instance_from_path(path)
+        found = [p for p in (_report_path(path, instance), _summary_path(path)) if p.exists()]
+        return found
+
+
+def _instance_from_path(path: Path) -> str:
+    return base_name(path).removesuffix(".traj.json")
+
+
+def _report_path(path: Path, instance: str) -> Path:
+    return path.parent.parent.parent / "logs" / instance / "report.json"
+
+
+def _summary_path(path: Path) -> Path:
+    return path.parent.parent.parent / "results_summary.json"
+
+
+def _to_trajectory(data: dict[str, Any], path: Path) -> Trajectory:
+    info = data.get("info") or {}
+    instance = data.get("instance_id") or _instance_from_path(path)
+    messages = []
+    for position, raw in enumerate(data["messages"]):
+        try:
+            messages.append(to_message(raw))
+        except ValueError as exc:
+            raise ValueError(f"messages[{position}]: {exc}") from exc
+    calls = _llm_calls(messages)
+    config = info.get("config") or {}
+    return Trajectory(
+        task=Task(
+            id=instance,
+            environment="swe-bench",
+            instruction=_instruction(messages),
+            data={"submission": info.get("submission")},
+        ),
+        source=Source(
+            harness="mini-swe-agent",
+            model=(config.get("model") or {}).get("model_name"),
+            run=path.parent.parent.parent.name if path.parent.parent.name == "trajs" else None,
+            file=str(path),
+            format="mini-swe-agent",
+        ),
+        messages=messages,
+        outcome=_outcome(path, instance, info),
+        usage=_total_usage(calls, info),
+        llm_calls=calls,
+        metadata={
+            "trajectory_format": data.get("trajectory_format"),
+            "mini_version": info.get("mini_version"),
+        },
+    )
+
+
+def _instruction(messages: list[Message]) -> str | None:
+    for message in messages:
+        if message.role == "user":
+            match = _PR.search(message.text())
+            return match.group(1).strip() if match else message.text()
+    return None
+
+
+def _llm_calls(messages: list[Message]) -> list[LLMCall]:
+    calls = []
+    for index, message in enumerate(messages):
+        response = message.extra.get("response")
+        if message.role != "assistant" or not isinstance(response, dict):
+            continue
+        usage = response.get("usage") or {}
+        calls.append(
+            LLMCall(
+                id=str(response.get("id") or f"call-{index}"),
+                message_index=index,
+                model=response.get("model"),
+                usage=Usage(
+                    prompt_tokens=usage.get("prompt_tokens"),
+                    completion_tokens=usage.get("completion_tokens"),
+                    total_tokens=usage.get("total_tokens"),
+                    cost=usage.get("cost"),
+                ),
+                started_at=response.get("created"),
+            )
+        )
+    return calls
+
+
+def _total_usage(calls: list[LLMCall], info: dict[str, Any]) -> Usage:
+    prompt = sum(c.usage.prompt_tokens or 0 for c in calls if c.usage)
+    completion = sum(c.usage.completion_tokens or 0 for c in calls if c.usage)
+    stats = info.get("model_stats") or {}
+    return Usage(
+        prompt_tokens=prompt if calls else None,
+        completion_tokens=completion if calls else None,
+        total_tokens=prompt + completion if calls else None,
+        cost=stats.get("instance_cost"),
+    )
+
+
+def _outcome(path: Path, instance: str, info: dict[str, Any]) -> Outcome:
+    exit_status = info.get("exit_status")
+    report = _report_path(path, instance)
+    if report.exists():
+        verdict = load_json(report)
+        if isinstance(verdict, dict) and instance in verdict:
+            verdict = verdict[instance]
+        if isinstance(verdict, dict) and "resolved" in verdict:
+            return Outcome(
+                success=bool(verdict["resolved"]),
+                reward=1.0 if verdict["resolved"] else 0.0,
+                judged_by="swe-bench-harness",
+                termination_reason=exit_status,
+                details={"tests_status": verdict.get("tests_status")},
+            )
+    resolved = _resolved_from_summary(_summary_path(path), instance)
+    return Outcome(
+        success=resolved,
+        reward=None if resolved is None else float(resolved),
+        judged_by=None if resolved is None else "swe-bench-harness",
+        termination_reason=exit_status,
+    )
+
+
+def _resolved_from_summary(summary: Path, instance: str) -> bool | None:
+    if not summary.exists():
+        return None
+    data = load_json(summary)
+    for entry in data.get("instances", []) if isinstance(data, dict) else []:
+        if entry.get("instance_id") == instance:
+            return bool(entry.get("resolved"))
+    return None

@@ -1,0 +1,46 @@
+"""Conversion of OpenAI-style chat message dicts (as harnesses write them) to `Message`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from trajforge.schema import Message, ToolCall
+
+_MESSAGE_FIELDS = {"role", "content", "name", "tool_calls", "tool_call_id"}
+_ROLES = {"system", "user", "assistant", "tool"}
+
+
+def to_message(record: dict[str, Any]) -> Message:
+    """A `Message` from an OpenAI-style dict; unknown fields (and a nested `extra`) go to `extra`.
+
+    Raises ValueError (with the field at fault) on a record that is not a chat message.
+    """
+    role = record.get("role")
+    if role not in _ROLES:
+        raise ValueError(f"role must be one of {sorted(_ROLES)}, got {role!r}")
+    extra = {k: v for k, v in record.items() if k not in _MESSAGE_FIELDS and k != "extra"}
+    if isinstance(record.get("extra"), dict):
+        extra |= record["extra"]
+    calls = record.get("tool_calls")
+    return Message(
+        role=role,
+        content=record.get("content"),
+        name=record.get("name"),
+        tool_calls=[to_tool_call(c, i) for i, c in enumerate(calls)] if calls else None,
+        tool_call_id=record.get("tool_call_id"),
+        extra=extra,
+    )
+
+
+def to_tool_call(call: dict[str, Any], position: int) -> ToolCall:
+    """A `ToolCall` from the OpenAI nested form or the flat `{name, arguments}` form."""
+    function = call.get("function", call)
+    name = function.get("name")
+    if not isinstance(name, str):
+        raise ValueError(f"tool_calls[{position}] has no function name")
+    arguments = function.get("arguments", "{}")
+    if not isinstance(arguments, str):
+        arguments = orjson.dumps(arguments).decode()
+    return ToolCall(id=str(call.get("id") or f"call_{position}"), name=name, arguments=arguments)

@@ -1,0 +1,117 @@
+"""Importing files and folders into a store: one transaction per file."""
+
+from __future__ import annotations
+
+import glob
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+
+from trajforge.errors import UserError
+from trajforge.importers.base import Importer
+from trajforge.importers.registry import detect_format, require_format
+from trajforge.store import Store
+
+
+class FileResult(BaseModel):
+    """What happened to one file."""
+
+    path: str
+    format: str | None = None
+    added: int = 0
+    duplicates: int = 0
+    error: str | None = None
+
+
+class ImportReport(BaseModel):
+    """Summary of an import."""
+
+    files: list[FileResult] = Field(default_factory=list)
+    not_trajectories: list[str] = Field(default_factory=list, description="Skipped files.")
+    sidecars: list[str] = Field(default_factory=list, description="Consumed companion files.")
+
+    @property
+    def added(self) -> int:
+        return sum(f.added for f in self.files)
+
+    @property
+    def duplicates(self) -> int:
+        return sum(f.duplicates for f in self.files)
+
+    @property
+    def failed(self) -> list[FileResult]:
+        return [f for f in self.files if f.error]
+
+
+def expand(paths: Iterable[str]) -> tuple[list[Path], list[Path]]:
+    """(explicit files, files found in folders) for paths, folders and globs."""
+    explicit: list[Path] = []
+    in_folders: list[Path] = []
+    for raw in paths:
+        matches = sorted(glob.glob(raw, recursive=True)) if glob.has_magic(raw) else [raw]
+        if not matches:
+            raise UserError(f"no file matches '{raw}'")
+        for match in map(Path, matches):
+            if match.is_dir():
+                in_folders.extend(p for p in sorted(match.rglob("*")) if p.is_file())
+            elif match.exists():
+                explicit.append(match)
+            else:
+                raise UserError(f"no such file or folder: {match}")
+    return explicit, in_folders
+
+
+def plan(
+    paths: Iterable[str], fmt: str | None = None
+) -> tuple[list[tuple[Path, Importer]], ImportReport]:
+    """Decide the importer of each file; returns ([(path, importer)], report-so-far).
+
+    Explicit files must be recognized (else a UserError); unrecognized files found in folders
+    are listed as not trajectories. Sidecars claimed by a recognized file are consumed.
+    """
+    explicit, in_folders = expand(paths)
+    report = ImportReport()
+    jobs = [(p, require_format(p, fmt)) for p in explicit]
+    candidates = [(p, _detect(p, fmt)) for p in in_folders]
+    jobs.extend((p, imp) for p, imp in candidates if imp is not None)
+    claimed = {str(s.resolve()) for p, imp in jobs for s in imp.sidecars(p)}
+    for path, imp in candidates:
+        if imp is None:
+            target = report.sidecars if str(path.resolve()) in claimed else report.not_trajectories
+            target.append(str(path))
+    return jobs, report
+
+
+def import_paths(
+    store: Store,
+    paths: Iterable[str],
+    fmt: str | None = None,
+    on_file: Callable[[FileResult], None] | None = None,
+) -> ImportReport:
+    """Import files, folders and globs; each file commits alone or not at all."""
+    jobs, report = plan(paths, fmt)
+    return import_jobs(store, jobs, report, on_file)
+
+
+def import_jobs(
+    store: Store,
+    jobs: list[tuple[Path, Importer]],
+    report: ImportReport,
+    on_file: Callable[[FileResult], None] | None = None,
+) -> ImportReport:
+    """Run planned (path, importer) jobs, adding one `FileResult` per file to `report`."""
+    for path, imp in jobs:
+        result = FileResult(path=str(path), format=imp.name)
+        try:
+            result.added, result.duplicates = store.add_many(imp.read(path))
+        except UserError as exc:
+            result.error = str(exc)
+        report.files.append(result)
+        if on_file:
+            on_file(result)
+    return report
+
+
+def _detect(path: Path, fmt: str | None) -> Importer | None:
+    return detect_format(path) if fmt is None else require_format(path, fmt)

@@ -1,0 +1,44 @@
+"""The importer registry and format detection."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from trajforge.errors import UnknownFormatError
+from trajforge.importers.base import Importer, read_head
+from trajforge.registry import Registry
+
+IMPORTERS: Registry[type[Importer]] = Registry("import format")
+# Detection order matters: specific formats before generic ones.
+IMPORTERS.register("trajforge", "trajforge.importers.trajforge_jsonl:TrajforgeJsonlImporter")
+IMPORTERS.register("mini-swe-agent", "trajforge.importers.mini_swe_agent:MiniSweAgentImporter")
+IMPORTERS.register("tau-bench", "trajforge.importers.tau_bench:TauBenchImporter")
+
+
+def importer(name: str) -> Importer:
+    """An importer instance by format name (or dotted path `module:Class`)."""
+    return IMPORTERS.get(name)()
+
+
+def all_importers() -> list[Importer]:
+    return [importer(name) for name in IMPORTERS._paths]
+
+
+def detect_format(path: Path) -> Importer | None:
+    """The first importer that recognizes `path`, or None."""
+    head = read_head(path)
+    for candidate in all_importers():
+        if candidate.detect(path, head):
+            return candidate
+    return None
+
+
+def require_format(path: Path, fmt: str | None = None) -> Importer:
+    """The importer for `path` (forced by `fmt` when given); error lists known formats."""
+    if fmt is not None:
+        return importer(fmt)
+    found = detect_format(path)
+    if found is None:
+        known = ", ".join(f"{i.name} ({i.description})" for i in all_importers())
+        raise UnknownFormatError(f"{path}: unrecognized format; trajforge reads: {known}")
+    return found

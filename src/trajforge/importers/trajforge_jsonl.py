@@ -1,0 +1,48 @@
+"""trajforge's own JSONL export: one `Trajectory` document per line (exact round trip).
+
+Message indices are the schema's own, so nothing needs mapping.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from trajforge.errors import InputError
+from trajforge.importers.base import first_json_line, iter_jsonl
+from trajforge.schema import FORMAT_VERSION, Trajectory
+
+
+class TrajforgeJsonlImporter:
+    name = "trajforge"
+    description = "trajforge JSONL export (one trajectory document per line)"
+
+    def detect(self, path: Path, head: bytes) -> bool:
+        record = first_json_line(head)
+        return isinstance(record, dict) and "format_version" in record and "task" in record
+
+    def read(self, path: Path) -> Iterator[Trajectory]:
+        for number, record in iter_jsonl(path):
+            yield _validate(path, number, record)
+
+    def sidecars(self, path: Path) -> list[Path]:
+        return []
+
+
+def _validate(path: Path, number: int, record: object) -> Trajectory:
+    where = f"line {number}"
+    if not isinstance(record, dict):
+        raise InputError(str(path), "expected a JSON object", where)
+    version = record.get("format_version")
+    if isinstance(version, int) and version > FORMAT_VERSION:
+        raise InputError(
+            str(path), f"format version {version} is newer than {FORMAT_VERSION}", where
+        )
+    try:
+        return Trajectory.model_validate(record)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        loc = ".".join(str(p) for p in first["loc"])
+        raise InputError(str(path), f"{loc}: {first['msg']}", where) from exc

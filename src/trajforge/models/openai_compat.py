@@ -1,0 +1,124 @@
+"""A chat model behind any OpenAI-compatible endpoint (vLLM, SGLang, OpenAI, the proxy...)."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from trajforge.errors import UserError
+from trajforge.importers.openai_messages import to_message
+from trajforge.models.base import ModelReply
+from trajforge.schema import LLMCall, Message, Usage
+
+
+class OpenAIModelConfig(BaseModel):
+    """Where and how to call the model."""
+
+    base_url: str | None = Field(
+        default=None,
+        description="Endpoint base URL, e.g. http://127.0.0.1:8000/v1 "
+        "(default: $TRAJFORGE_BASE_URL, then $OPENAI_BASE_URL).",
+    )
+    api_key: str | None = Field(
+        default=None, description="API key (default: $TRAJFORGE_API_KEY, then $OPENAI_API_KEY)."
+    )
+    model: str | None = Field(default=None, description="Model name (default: $TRAJFORGE_MODEL).")
+    temperature: float = Field(default=0.0, description="Sampling temperature.")
+    max_tokens: int | None = Field(default=None, description="Completion token limit.")
+    timeout_s: float = Field(default=120.0, description="Seconds before a call times out.")
+    max_retries: int = Field(default=3, description="Retries on transport errors and 5xx.")
+    logprobs: bool = Field(default=False, description="Ask for token logprobs.")
+
+
+def _resolve(config: OpenAIModelConfig) -> OpenAIModelConfig:
+    env = os.environ.get
+    resolved = config.model_copy(
+        update={
+            "base_url": config.base_url or env("TRAJFORGE_BASE_URL") or env("OPENAI_BASE_URL"),
+            "api_key": config.api_key or env("TRAJFORGE_API_KEY") or env("OPENAI_API_KEY"),
+            "model": config.model or env("TRAJFORGE_MODEL"),
+        }
+    )
+    if not resolved.base_url or not resolved.model:
+        raise UserError(
+            "an OpenAI-compatible model needs a base URL and a model name: pass --base-url and "
+            "--llm-model, or set TRAJFORGE_BASE_URL and TRAJFORGE_MODEL"
+        )
+    return resolved
+
+
+def message_to_openai(message: Message) -> dict[str, Any]:
+    """The OpenAI request form of a message (drops trajforge's `extra`)."""
+    data: dict[str, Any] = {"role": message.role, "content": message.content}
+    if message.name:
+        data["name"] = message.name
+    if message.tool_calls:
+        data["tool_calls"] = [
+            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+            for c in message.tool_calls
+        ]
+    if message.tool_call_id:
+        data["tool_call_id"] = message.tool_call_id
+    return data
+
+
+class OpenAICompatibleModel:
+    """Calls `/chat/completions` with the openai SDK; records usage, latency and logprobs."""
+
+    def __init__(self, config: OpenAIModelConfig | None = None) -> None:
+        import openai
+
+        self.config = _resolve(config or OpenAIModelConfig())
+        self.name = self.config.model or "openai"
+        self._client = openai.OpenAI(
+            base_url=self.config.base_url,
+            api_key=self.config.api_key or "not-needed",
+            timeout=self.config.timeout_s,
+            max_retries=self.config.max_retries,
+        )
+
+    def complete(
+        self, messages: list[Message], tools: list[dict[str, Any]] | None = None
+    ) -> ModelReply:
+        request: dict[str, Any] = {
+            "model": self.config.model,
+            "messages": [message_to_openai(m) for m in messages],
+            "temperature": self.config.temperature,
+        }
+        if tools:
+            request["tools"] = tools
+        if self.config.max_tokens:
+            request["max_tokens"] = self.config.max_tokens
+        if self.config.logprobs:
+            request["logprobs"] = True
+        started = time.time()
+        response = self._client.chat.completions.create(**request)
+        latency = time.time() - started
+        body = response.model_dump(mode="json", exclude_none=True)
+        choice = body["choices"][0]
+        message = to_message(choice["message"])
+        message.extra.pop("refusal", None)
+        return ModelReply(message=message, call=_call_record(request, body, started, latency))
+
+
+def _call_record(request: dict, body: dict, started: float, latency: float) -> LLMCall:
+    usage = body.get("usage") or {}
+    content = ((body["choices"][0].get("logprobs") or {}).get("content")) or []
+    logprobs = [entry["logprob"] for entry in content] or None
+    return LLMCall(
+        id=str(body.get("id") or f"call-{started}"),
+        model=body.get("model"),
+        request=request,
+        response=body,
+        logprobs=logprobs,
+        latency_s=latency,
+        started_at=started,
+        usage=Usage(
+            prompt_tokens=usage.get("prompt_tokens"),
+            completion_tokens=usage.get("completion_tokens"),
+            total_tokens=usage.get("total_tokens"),
+        ),
+    )

@@ -1,0 +1,234 @@
+"""The trajectory schema: one run of one agent on one task.
+
+Messages are in OpenAI chat form. Everything that points into a run (labels, faults,
+LLM calls, fork points) points at a **message index**: the position in
+`Trajectory.messages`, counted from 0. Importers document how their dataset's own step
+numbers map onto it.
+
+The schema is versioned by `FORMAT_VERSION`; a trajectory stores the version it was written
+with, and readers refuse versions newer than their own.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any, Literal
+
+import orjson
+from pydantic import BaseModel, ConfigDict, Field
+
+FORMAT_VERSION = 1
+
+Role = Literal["system", "user", "assistant", "tool"]
+LabelSource = Literal["human", "oracle", "model", "heuristic"]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ToolCall(_Model):
+    """A function call requested by an assistant message."""
+
+    id: str = Field(description="Call id; tool messages answer it through `tool_call_id`.")
+    name: str = Field(description="Name of the tool (function) called.")
+    arguments: str = Field(
+        default="{}", description="Arguments as the JSON text the model produced (may be invalid)."
+    )
+    type: Literal["function"] = "function"
+
+    def parsed_arguments(self) -> dict[str, Any]:
+        """The arguments as a dict; raises ValueError when they are not a JSON object."""
+        value = orjson.loads(self.arguments)
+        if not isinstance(value, dict):
+            raise ValueError(f"tool call {self.id} arguments are not a JSON object")
+        return value
+
+
+class Message(_Model):
+    """One chat message in OpenAI form."""
+
+    role: Role = Field(description="system, user, assistant or tool.")
+    content: str | list[dict[str, Any]] | None = Field(
+        default=None, description="Text, or a list of content parts, or None for pure tool calls."
+    )
+    name: str | None = Field(
+        default=None, description="Speaker name, for multi-agent runs (which agent spoke)."
+    )
+    tool_calls: list[ToolCall] | None = Field(
+        default=None, description="Tool calls requested by an assistant message."
+    )
+    tool_call_id: str | None = Field(
+        default=None, description="For a tool message: the id of the call it answers."
+    )
+    extra: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Harness-specific data kept verbatim (raw model response, turn index...).",
+    )
+
+    def text(self) -> str:
+        """The content as plain text (content parts joined)."""
+        if self.content is None:
+            return ""
+        if isinstance(self.content, str):
+            return self.content
+        return "\n".join(str(part.get("text", "")) for part in self.content)
+
+
+class Usage(_Model):
+    """Token, cost and time accounting."""
+
+    prompt_tokens: int | None = Field(default=None, description="Prompt (input) tokens.")
+    completion_tokens: int | None = Field(default=None, description="Completion (output) tokens.")
+    total_tokens: int | None = Field(default=None, description="Prompt plus completion tokens.")
+    cost: float | None = Field(default=None, description="Cost in US dollars, when known.")
+    wall_time_s: float | None = Field(default=None, description="Wall-clock seconds.")
+
+
+class LLMCall(_Model):
+    """One model call, linked to the assistant message it produced."""
+
+    id: str = Field(description="Call id (the upstream's response id when it has one).")
+    message_index: int | None = Field(
+        default=None, description="Index of the assistant message this call produced."
+    )
+    model: str | None = Field(default=None, description="Model name reported by the server.")
+    request: dict[str, Any] | None = Field(
+        default=None, description="The request body, secrets removed."
+    )
+    response: dict[str, Any] | None = Field(default=None, description="The response body.")
+    prompt_token_ids: list[int] | None = Field(default=None, description="Prompt token ids.")
+    completion_token_ids: list[int] | None = Field(
+        default=None, description="Completion token ids."
+    )
+    logprobs: list[float] | None = Field(
+        default=None, description="Log-probability of each completion token."
+    )
+    latency_s: float | None = Field(default=None, description="Seconds from request to response.")
+    usage: Usage | None = Field(default=None, description="Token usage of this call.")
+    started_at: float | None = Field(default=None, description="Unix time the call started.")
+    error: str | None = Field(default=None, description="Error text when the call failed.")
+    extra: dict[str, Any] = Field(
+        default_factory=dict, description="Anything else recorded (drift audit, status code...)."
+    )
+
+
+class Fault(_Model):
+    """A fault injected into (or observed in) a tool or the model server: ground truth."""
+
+    message_index: int = Field(description="Index of the message that carries the faulty result.")
+    kind: str = Field(description="transient, persistent, silent, or an upstream fault kind.")
+    tool: str | None = Field(default=None, description="Tool (or endpoint) affected.")
+    detail: str | None = Field(default=None, description="What was done: error text, data altered.")
+
+
+class Label(_Model):
+    """An error annotation: which message went wrong, who did it, and why."""
+
+    message_index: int | None = Field(
+        default=None, description="Message index of the error (None: the run as a whole)."
+    )
+    agent: str | None = Field(default=None, description="The agent responsible (multi-agent).")
+    category: str | None = Field(default=None, description="Error category, when given.")
+    reason: str | None = Field(default=None, description="Free-text explanation.")
+    source: LabelSource = Field(description="Who made the label: human, oracle, model, heuristic.")
+
+
+class Outcome(_Model):
+    """How the run ended and how that was judged."""
+
+    success: bool | None = Field(default=None, description="Whether the task was solved.")
+    reward: float | None = Field(
+        default=None, description="Scalar reward, when the source has one."
+    )
+    judged_by: str | None = Field(
+        default=None, description="What judged it: swe-bench-harness, tau-bench-reward, env..."
+    )
+    termination_reason: str | None = Field(
+        default=None, description="Why the run stopped: submitted, max_steps, error, monitor..."
+    )
+    details: dict[str, Any] = Field(
+        default_factory=dict, description="Judge-specific details (test lists, reward info)."
+    )
+
+
+class Task(_Model):
+    """What the agent was asked to do."""
+
+    id: str = Field(description="Task id within its environment or benchmark.")
+    environment: str | None = Field(
+        default=None, description="Environment name: tau-retail, swe-bench, household..."
+    )
+    instruction: str | None = Field(default=None, description="The task statement.")
+    gold: Any = Field(
+        default=None, description="Gold solution when known (actions, patch, answer)."
+    )
+    data: dict[str, Any] = Field(
+        default_factory=dict, description="Other task fields kept from the source."
+    )
+
+
+class Source(_Model):
+    """Where the run came from."""
+
+    harness: str | None = Field(default=None, description="Agent harness: mini-swe-agent, tau...")
+    model: str | None = Field(default=None, description="Model that drove the agent.")
+    run: str | None = Field(default=None, description="Run or experiment name, trial number...")
+    file: str | None = Field(default=None, description="File it was imported from, if any.")
+    format: str | None = Field(default=None, description="Importer format name.")
+
+
+class ForkParent(_Model):
+    """For a fork: the trajectory it continues and where."""
+
+    trajectory_id: str = Field(description="Id of the parent trajectory.")
+    message_index: int = Field(description="The fork keeps the parent's first N messages.")
+
+
+class Trajectory(_Model):
+    """One run of one agent on one task."""
+
+    format_version: int = Field(default=FORMAT_VERSION, description="Schema version.")
+    id: str = Field(default="", description="Content-derived id; see `content_id()`.")
+    task: Task = Field(description="The task.")
+    source: Source = Field(default_factory=Source, description="Harness, model, run.")
+    messages: list[Message] = Field(default_factory=list, description="The conversation.")
+    tools: list[dict[str, Any]] = Field(
+        default_factory=list, description="Tool JSON schemas offered to the agent (OpenAI form)."
+    )
+    outcome: Outcome = Field(default_factory=Outcome, description="How it ended.")
+    usage: Usage = Field(default_factory=Usage, description="Totals over the run.")
+    llm_calls: list[LLMCall] = Field(default_factory=list, description="Model calls.")
+    faults: list[Fault] = Field(default_factory=list, description="Injected faults.")
+    labels: list[Label] = Field(default_factory=list, description="Error annotations.")
+    parent: ForkParent | None = Field(default=None, description="Set for forks.")
+    metadata: dict[str, Any] = Field(default_factory=dict, description="Anything else.")
+
+    def content_id(self) -> str:
+        """A stable id derived from the content (everything except `id` and `source.file`).
+
+        Importing the same run twice, from the same or a moved file, gives the same id.
+        """
+        data = self.model_dump(mode="json", exclude={"id"})
+        data["source"].pop("file", None)
+        digest = hashlib.sha256(orjson.dumps(data, option=orjson.OPT_SORT_KEYS)).hexdigest()
+        return digest[:20]
+
+    def with_id(self) -> Trajectory:
+        """Set `id` to the content id when it is empty; returns self."""
+        if not self.id:
+            self.id = self.content_id()
+        return self
+
+    @property
+    def success(self) -> bool | None:
+        return self.outcome.success
+
+    def assistant_indices(self) -> list[int]:
+        """Message indices of the assistant messages (the agent's steps)."""
+        return [i for i, m in enumerate(self.messages) if m.role == "assistant"]
+
+
+def json_schema() -> dict[str, Any]:
+    """The JSON Schema of a trajectory document."""
+    return Trajectory.model_json_schema()

@@ -1,0 +1,62 @@
+"""Counts, success rates and distributions over stored trajectories."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from statistics import median
+from typing import Any
+
+from trajforge.store import Store, TrajectoryFilter, TrajectoryRow
+
+
+def _group(rows: list[TrajectoryRow], key: str) -> list[dict[str, Any]]:
+    groups: dict[str, list[TrajectoryRow]] = defaultdict(list)
+    for row in rows:
+        groups[getattr(row, key) or "unknown"].append(row)
+    return [
+        _counts(rows_in_group) | {"name": name}
+        for name, rows_in_group in sorted(groups.items(), key=lambda kv: -len(kv[1]))
+    ]
+
+
+def _counts(rows: list[TrajectoryRow]) -> dict[str, Any]:
+    judged = [r for r in rows if r.success is not None]
+    successes = sum(1 for r in judged if r.success)
+    return {
+        "total": len(rows),
+        "successes": successes,
+        "judged": len(judged),
+        "success_rate": round(successes / len(judged), 4) if judged else None,
+    }
+
+
+def distribution(values: list[int]) -> dict[str, float] | None:
+    """min / median / p90 / max / mean of a list of numbers (None when empty)."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return {
+        "min": ordered[0],
+        "median": median(ordered),
+        "p90": ordered[min(len(ordered) - 1, int(0.9 * len(ordered)))],
+        "max": ordered[-1],
+        "mean": round(sum(ordered) / len(ordered), 2),
+    }
+
+
+def compute_stats(store: Store, flt: TrajectoryFilter | None = None) -> dict[str, Any]:
+    """The stats report as one JSON-ready dict."""
+    rows = store.rows(flt)
+    tokens = [r.total_tokens for r in rows if r.total_tokens is not None]
+    return _counts(rows) | {
+        "by_source": _group(rows, "harness"),
+        "by_model": _group(rows, "model"),
+        "by_environment": _group(rows, "environment"),
+        "steps": distribution([r.n_steps for r in rows]),
+        "messages": distribution([r.n_messages for r in rows]),
+        "tokens": distribution(tokens),
+        "steps_by_outcome": {
+            "success": distribution([r.n_steps for r in rows if r.success]),
+            "failure": distribution([r.n_steps for r in rows if r.success is False]),
+        },
+    }

@@ -1,0 +1,6 @@
+"""Trajectory storage: the SQLite store, filters, and exports."""
+
+from trajforge.store.filters import TrajectoryFilter
+from trajforge.store.sqlite import DB_ENV_VAR, Store, TrajectoryRow, default_db_path
+
+__all__ = ["DB_ENV_VAR", "Store", "TrajectoryFilter", "TrajectoryRow", "default_db_path"]

@@ -1,0 +1,52 @@
+"""Trajectory filters shared by every command that selects runs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+
+class TrajectoryFilter(BaseModel):
+    """Which trajectories to select. Empty fields do not filter."""
+
+    ids: list[str] = Field(default_factory=list, description="Ids or unique id prefixes.")
+    harness: str | None = Field(default=None, description="Source harness (exact).")
+    model: str | None = Field(default=None, description="Model name (substring).")
+    environment: str | None = Field(default=None, description="Environment name (exact).")
+    task_id: str | None = Field(default=None, description="Task id (exact).")
+    success: bool | None = Field(default=None, description="Outcome: solved or not.")
+    run: str | None = Field(default=None, description="Run name (exact).")
+    forks: bool | None = Field(default=None, description="Only forks (True) or originals (False).")
+    limit: int | None = Field(default=None, description="At most this many.")
+
+    def is_empty(self) -> bool:
+        return self == TrajectoryFilter()
+
+    def where(self) -> tuple[str, list[Any]]:
+        """SQL WHERE clause (with leading WHERE, or empty) and its parameters."""
+        clauses: list[str] = []
+        params: list[Any] = []
+        exact = {
+            "harness": self.harness,
+            "environment": self.environment,
+            "task_id": self.task_id,
+            "run": self.run,
+        }
+        for column, value in exact.items():
+            if value is not None:
+                clauses.append(f"{column} = ?")
+                params.append(value)
+        if self.model is not None:
+            clauses.append("model LIKE ?")
+            params.append(f"%{self.model}%")
+        if self.success is not None:
+            clauses.append("success = ?")
+            params.append(int(self.success))
+        if self.forks is not None:
+            clauses.append("parent_id IS NOT NULL" if self.forks else "parent_id IS NULL")
+        if self.ids:
+            clauses.append("(" + " OR ".join("id LIKE ?" for _ in self.ids) + ")")
+            params.extend(f"{i}%" for i in self.ids)
+        sql = (" WHERE " + " AND ".join(clauses)) if clauses else ""
+        return sql, params

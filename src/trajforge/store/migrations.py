@@ -1,0 +1,60 @@
+"""Numbered schema migrations of the SQLite store.
+
+Each migration is a small function that takes a connection; `PRAGMA user_version` records how
+many have run. Add a migration by appending a function to `MIGRATIONS`; never edit one that
+has shipped.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+
+
+def m001_trajectories(db: sqlite3.Connection) -> None:
+    db.execute(
+        """
+        CREATE TABLE trajectories (
+            id TEXT PRIMARY KEY,
+            format_version INTEGER NOT NULL,
+            harness TEXT,
+            model TEXT,
+            run TEXT,
+            environment TEXT,
+            task_id TEXT,
+            success INTEGER,
+            reward REAL,
+            n_messages INTEGER NOT NULL,
+            n_steps INTEGER NOT NULL,
+            total_tokens INTEGER,
+            parent_id TEXT,
+            fork_index INTEGER,
+            format TEXT,
+            source_file TEXT,
+            created_at REAL NOT NULL,
+            doc BLOB NOT NULL
+        )
+        """
+    )
+    for column in ("harness", "model", "environment", "task_id", "success", "parent_id"):
+        db.execute(f"CREATE INDEX idx_trajectories_{column} ON trajectories({column})")
+
+
+MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [m001_trajectories]
+
+
+def migrate(db: sqlite3.Connection) -> int:
+    """Run the migrations not yet applied; returns the schema version reached."""
+    version = db.execute("PRAGMA user_version").fetchone()[0]
+    if version > len(MIGRATIONS):
+        from trajforge.errors import UserError
+
+        raise UserError(
+            f"this store has schema version {version}, newer than this trajforge "
+            f"({len(MIGRATIONS)}); upgrade trajforge"
+        )
+    for number, migration in enumerate(MIGRATIONS[version:], start=version + 1):
+        with db:
+            migration(db)
+            db.execute(f"PRAGMA user_version = {number}")
+    return len(MIGRATIONS)

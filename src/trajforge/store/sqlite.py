@@ -1,0 +1,223 @@
+"""The SQLite trajectory store: one file, WAL, migrations, idempotent writes."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import time
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from pydantic import BaseModel
+
+from trajforge.errors import UserError
+from trajforge.schema import FORMAT_VERSION, Trajectory
+from trajforge.store.filters import TrajectoryFilter
+from trajforge.store.migrations import migrate
+
+DEFAULT_DB = "trajforge.db"
+DB_ENV_VAR = "TRAJFORGE_DB"
+
+_COLUMNS = (
+    "id, format_version, harness, model, run, environment, task_id, success, reward, "
+    "n_messages, n_steps, total_tokens, parent_id, fork_index, format, source_file, "
+    "created_at, doc"
+)
+
+
+class TrajectoryRow(BaseModel):
+    """The indexed summary of a stored trajectory (no messages)."""
+
+    id: str
+    harness: str | None
+    model: str | None
+    run: str | None
+    environment: str | None
+    task_id: str | None
+    success: bool | None
+    reward: float | None
+    n_messages: int
+    n_steps: int
+    total_tokens: int | None
+    parent_id: str | None
+    fork_index: int | None
+    format: str | None
+    source_file: str | None
+
+
+def default_db_path() -> Path:
+    return Path(os.environ.get(DB_ENV_VAR) or DEFAULT_DB)
+
+
+def _row_values(traj: Trajectory, now: float) -> tuple:
+    total = traj.usage.total_tokens
+    if total is None and traj.usage.prompt_tokens is not None:
+        total = traj.usage.prompt_tokens + (traj.usage.completion_tokens or 0)
+    success = None if traj.outcome.success is None else int(traj.outcome.success)
+    parent = traj.parent
+    return (
+        traj.id,
+        traj.format_version,
+        traj.source.harness,
+        traj.source.model,
+        traj.source.run,
+        traj.task.environment,
+        traj.task.id,
+        success,
+        traj.outcome.reward,
+        len(traj.messages),
+        len(traj.assistant_indices()),
+        total,
+        parent.trajectory_id if parent else None,
+        parent.message_index if parent else None,
+        traj.source.format,
+        traj.source.file,
+        now,
+        traj.model_dump_json().encode(),
+    )
+
+
+class Store:
+    """A trajectory store in one SQLite file.
+
+    Writes go through `add` / `put` inside `transaction()`; a failure inside a transaction
+    leaves the file exactly as it was.
+    """
+
+    def __init__(self, path: str | Path | None = None) -> None:
+        self.path = Path(path) if path is not None else default_db_path()
+        if str(self.path) != ":memory:" and not self.path.parent.exists():
+            raise UserError(f"store folder does not exist: {self.path.parent}")
+        self.db = sqlite3.connect(str(self.path), isolation_level=None, check_same_thread=False)
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA synchronous=NORMAL")
+        self.db.execute("PRAGMA busy_timeout=30000")
+        migrate(self.db)
+        self._depth = 0
+
+    def close(self) -> None:
+        self.db.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        """All writes inside commit together or not at all (nesting joins the outer one)."""
+        if self._depth:
+            self._depth += 1
+            try:
+                yield
+            finally:
+                self._depth -= 1
+            return
+        self.db.execute("BEGIN IMMEDIATE")
+        self._depth = 1
+        try:
+            yield
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+        else:
+            self.db.execute("COMMIT")
+        finally:
+            self._depth = 0
+
+    def add(self, traj: Trajectory) -> bool:
+        """Insert unless a trajectory with the same id exists; True when inserted."""
+        traj.with_id()
+        with self.transaction():
+            cursor = self.db.execute(
+                f"INSERT OR IGNORE INTO trajectories ({_COLUMNS}) VALUES ({_placeholders()})",
+                _row_values(traj, time.time()),
+            )
+        return cursor.rowcount == 1
+
+    def add_many(self, trajs: Iterable[Trajectory]) -> tuple[int, int]:
+        """Insert all in one transaction; returns (added, duplicates)."""
+        added = duplicates = 0
+        with self.transaction():
+            for traj in trajs:
+                if self.add(traj):
+                    added += 1
+                else:
+                    duplicates += 1
+        return added, duplicates
+
+    def put(self, traj: Trajectory) -> None:
+        """Insert or replace (for trajectories that grow, such as live proxy sessions)."""
+        if not traj.id:
+            raise ValueError("put() needs a trajectory with an id")
+        with self.transaction():
+            self.db.execute(
+                f"INSERT OR REPLACE INTO trajectories ({_COLUMNS}) VALUES ({_placeholders()})",
+                _row_values(traj, time.time()),
+            )
+
+    def delete(self, traj_id: str) -> None:
+        with self.transaction():
+            self.db.execute("DELETE FROM trajectories WHERE id = ?", (traj_id,))
+
+    def resolve_id(self, prefix: str) -> str:
+        """The full id for an id or unique prefix; UserError when none or several match."""
+        rows = self.db.execute(
+            "SELECT id FROM trajectories WHERE id LIKE ? LIMIT 3", (f"{prefix}%",)
+        ).fetchall()
+        if not rows:
+            raise UserError(f"no trajectory with id '{prefix}' in {self.path}")
+        if len(rows) > 1 and rows[0][0] != prefix:
+            raise UserError(f"id prefix '{prefix}' is ambiguous; give more characters")
+        return rows[0][0]
+
+    def get(self, traj_id: str) -> Trajectory:
+        full_id = self.resolve_id(traj_id)
+        (doc,) = self.db.execute("SELECT doc FROM trajectories WHERE id = ?", (full_id,)).fetchone()
+        return _decode(doc)
+
+    def query(self, flt: TrajectoryFilter | None = None) -> Iterator[Trajectory]:
+        """Trajectories matching the filter, in insertion order."""
+        sql, params = self._select("doc", flt)
+        for (doc,) in self.db.execute(sql, params):
+            yield _decode(doc)
+
+    def rows(self, flt: TrajectoryFilter | None = None) -> list[TrajectoryRow]:
+        """Summary rows matching the filter, without decoding the documents."""
+        fields = list(TrajectoryRow.model_fields)
+        sql, params = self._select(", ".join(fields), flt)
+        result = []
+        for values in self.db.execute(sql, params):
+            record = dict(zip(fields, values, strict=True))
+            if record["success"] is not None:
+                record["success"] = bool(record["success"])
+            result.append(TrajectoryRow(**record))
+        return result
+
+    def count(self, flt: TrajectoryFilter | None = None) -> int:
+        where, params = (flt or TrajectoryFilter()).where()
+        return self.db.execute(f"SELECT COUNT(*) FROM trajectories{where}", params).fetchone()[0]
+
+    def _select(self, fields: str, flt: TrajectoryFilter | None) -> tuple[str, list]:
+        flt = flt or TrajectoryFilter()
+        where, params = flt.where()
+        sql = f"SELECT {fields} FROM trajectories{where} ORDER BY rowid"
+        if flt.limit is not None:
+            sql += f" LIMIT {int(flt.limit)}"
+        return sql, params
+
+
+def _placeholders() -> str:
+    return ", ".join("?" for _ in _COLUMNS.split(","))
+
+
+def _decode(doc: bytes) -> Trajectory:
+    traj = Trajectory.model_validate_json(doc)
+    if traj.format_version > FORMAT_VERSION:
+        raise UserError(
+            f"trajectory {traj.id} has format version {traj.format_version}, newer than "
+            f"this trajforge ({FORMAT_VERSION}); upgrade trajforge"
+        )
+    return traj
