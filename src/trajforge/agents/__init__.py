@@ -1,8 +1,24 @@
 """Agents: policies and user simulators, and a registry of policies by name."""
 
 from trajforge.agents.base import USER_STOP, EpisodeState, Policy, PolicyStep, UserSimulator
+from trajforge.agents.expert import Distractor, ExpertPolicy, NoisyExpertConfig, NoisyExpertPolicy
+from trajforge.agents.llm import LLMPolicy
 from trajforge.registry import Registry
 
 POLICIES: Registry[type] = Registry("policy")
+POLICIES.register("expert", "trajforge.agents.expert:ExpertPolicy")
+POLICIES.register("noisy-expert", "trajforge.agents.expert:NoisyExpertPolicy")
 
-__all__ = ["POLICIES", "USER_STOP", "EpisodeState", "Policy", "PolicyStep", "UserSimulator"]
+__all__ = [
+    "POLICIES",
+    "USER_STOP",
+    "Distractor",
+    "EpisodeState",
+    "ExpertPolicy",
+    "LLMPolicy",
+    "NoisyExpertConfig",
+    "NoisyExpertPolicy",
+    "Policy",
+    "PolicyStep",
+    "UserSimulator",
+]
