@@ -40,7 +40,27 @@ def m001_trajectories(db: sqlite3.Connection) -> None:
         db.execute(f"CREATE INDEX idx_trajectories_{column} ON trajectories({column})")
 
 
-MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [m001_trajectories]
+def m002_diagnoses(db: sqlite3.Connection) -> None:
+    """Error-to-training diagnoses: one per (trajectory, method)."""
+    db.execute(
+        """
+        CREATE TABLE diagnoses (
+            id TEXT PRIMARY KEY,
+            trajectory_id TEXT NOT NULL,
+            method TEXT NOT NULL,
+            step INTEGER,
+            agent TEXT,
+            category TEXT,
+            verified INTEGER NOT NULL,
+            created_at REAL NOT NULL,
+            doc BLOB NOT NULL
+        )
+        """
+    )
+    db.execute("CREATE INDEX idx_diagnoses_trajectory ON diagnoses(trajectory_id)")
+
+
+MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [m001_trajectories, m002_diagnoses]
 
 
 def migrate(db: sqlite3.Connection) -> int:
