@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from trajforge.cli import browse, importing, report
+from trajforge.cli import proxy as proxy_cli
 from trajforge.cli.common import guarded
 
 app = typer.Typer(
@@ -21,6 +22,8 @@ app.command("show")(guarded(browse.show_command))
 app.command("stats")(guarded(report.stats_command))
 app.command("export")(guarded(report.export_command))
 app.command("schema")(guarded(report.schema_command))
+app.command("mock-server")(guarded(proxy_cli.mock_server_command))
+app.command("proxy")(guarded(proxy_cli.proxy_command))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,84 @@
+"""`trajforge mock-server` and `trajforge proxy`: serve a mock model, record a harness."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+import uvicorn
+
+from trajforge.cli.common import DbOption, err_console
+
+HostOption = Annotated[str, typer.Option("--host", help="Interface to bind (loopback default).")]
+
+
+def _serve(app: object, host: str, port: int, what: str) -> None:
+    err_console.print(f"{what} on http://{host}:{port}/v1 (Ctrl-C stops)", highlight=False)
+    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
+
+
+def mock_server_command(
+    port: Annotated[int, typer.Option("--port", help="Port to listen on.")] = 8001,
+    host: HostOption = "127.0.0.1",
+    script: Annotated[
+        str | None,
+        typer.Option(
+            "--script",
+            help="Replies: a JSON list file, a JSONL file, or module:attr (a list or a "
+            "function of the request body). Default: one fixed reply to every request.",
+        ),
+    ] = None,
+    tiny_model: Annotated[
+        bool,
+        typer.Option("--tiny-model", help="Score replies with the tiny real causal LM (train)."),
+    ] = False,
+) -> None:
+    """Run the mock OpenAI-compatible server in the foreground."""
+    from trajforge.models.mock_script import load_script
+    from trajforge.models.mock_server import MockApp
+
+    backend = None
+    if tiny_model:
+        from trajforge.models.tiny import load_tiny_backend
+
+        backend = load_tiny_backend()
+    mock = MockApp(load_script(script) if script else None, backend)
+    _serve(mock.app, host, port, "mock OpenAI server")
+
+
+def proxy_command(
+    upstream: Annotated[str, typer.Option("--upstream", help="Upstream base URL (…/v1).")],
+    port: Annotated[int, typer.Option("--port", help="Port to listen on.")] = 8000,
+    host: HostOption = "127.0.0.1",
+    token: Annotated[
+        str | None,
+        typer.Option("--token", envvar="TRAJFORGE_PROXY_TOKEN", help="Require this bearer token."),
+    ] = None,
+    upstream_key: Annotated[
+        str | None,
+        typer.Option(
+            "--upstream-key",
+            envvar="TRAJFORGE_UPSTREAM_API_KEY",
+            help="API key sent upstream (default: forward the client's Authorization).",
+        ),
+    ] = None,
+    faults: Annotated[
+        str | None,
+        typer.Option(
+            "--faults",
+            help="Inject upstream faults, e.g. 'timeout=0.1,5xx=0.1,truncate=0.05,seed=7'.",
+        ),
+    ] = None,
+    db: DbOption = None,
+) -> None:
+    """Record every call of an unmodified harness: point its base URL at this proxy."""
+    from trajforge.proxy import ProxyConfig, build_proxy_app
+    from trajforge.proxy.faults import parse_fault_spec
+
+    config = ProxyConfig(
+        upstream=upstream,
+        token=token,
+        upstream_api_key=upstream_key,
+        faults=parse_fault_spec(faults) if faults else None,
+    )
+    _serve(build_proxy_app(config, db), host, port, f"trajforge proxy to {upstream}")
