@@ -60,7 +60,33 @@ def m002_diagnoses(db: sqlite3.Connection) -> None:
     db.execute("CREATE INDEX idx_diagnoses_trajectory ON diagnoses(trajectory_id)")
 
 
-MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [m001_trajectories, m002_diagnoses]
+def m003_proxy_calls(db: sqlite3.Connection) -> None:
+    """Model calls recorded by the proxy: one row per call, in session order."""
+    db.execute(
+        """
+        CREATE TABLE proxy_calls (
+            session TEXT NOT NULL,
+            seq INTEGER NOT NULL,
+            trajectory_id TEXT NOT NULL,
+            call_id TEXT NOT NULL,
+            endpoint TEXT NOT NULL,
+            status INTEGER,
+            error TEXT,
+            started_at REAL NOT NULL,
+            latency_s REAL,
+            doc BLOB NOT NULL,
+            PRIMARY KEY (session, seq)
+        )
+        """
+    )
+    db.execute("CREATE INDEX idx_proxy_calls_trajectory ON proxy_calls(trajectory_id)")
+
+
+MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
+    m001_trajectories,
+    m002_diagnoses,
+    m003_proxy_calls,
+]
 
 
 def migrate(db: sqlite3.Connection) -> int:
