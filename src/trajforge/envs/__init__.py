@@ -8,5 +8,6 @@ from trajforge.envs.base import Environment, Oracle, StepResult, TaskSet
 from trajforge.registry import Registry
 
 ENVIRONMENTS: Registry[type] = Registry("environment")
+ENVIRONMENTS.register("household", "trajforge.envs.household:HouseholdEnv")
 
 __all__ = ["ENVIRONMENTS", "Environment", "Oracle", "StepResult", "TaskSet"]
