@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import gzip
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Protocol
 
 import orjson
 
-from trajforge.errors import InputError
+from trajforge.errors import InputError, UserError
 from trajforge.schema import Trajectory
 
 HEAD_BYTES = 65536
@@ -70,14 +71,21 @@ def load_json(path: Path) -> object:
 
 def iter_jsonl(path: Path) -> Iterator[tuple[int, object]]:
     """(line number, parsed object) for each non-empty line of a JSONL file."""
+    number = 0
     with open_binary(path) as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                yield number, orjson.loads(line)
-            except orjson.JSONDecodeError as exc:
-                raise InputError(str(path), f"malformed JSON: {exc}", f"line {number}") from exc
+        try:
+            for number, line in enumerate(handle, start=1):
+                if line.strip():
+                    yield number, _parse_line(path, number, line)
+        except (OSError, EOFError) as exc:
+            raise InputError(str(path), f"cannot read file: {exc}", f"line {number + 1}") from exc
+
+
+def _parse_line(path: Path, number: int, line: bytes) -> object:
+    try:
+        return orjson.loads(line)
+    except orjson.JSONDecodeError as exc:
+        raise InputError(str(path), f"malformed JSON: {exc}", f"line {number}") from exc
 
 
 def first_json_line(head: bytes) -> object | None:
@@ -91,24 +99,75 @@ def first_json_line(head: bytes) -> object | None:
         return None
 
 
+def first_line_has_keys(head: bytes, *keys: str) -> bool:
+    """Whether the first line of `head` is a JSON object with all `keys` at its top level.
+
+    A first line longer than `head` cannot be parsed; then the keys are looked for as
+    `"key":` in the part that was read (lines of big trajectories are often longer).
+    """
+    line = head.split(b"\n", 1)[0].strip()
+    if not line.startswith(b"{"):
+        return False
+    record = first_json_line(line)
+    if isinstance(record, dict):
+        return all(key in record for key in keys)
+    if b"\n" in head or len(head) < HEAD_BYTES:
+        return False
+    compact = line.replace(b'": ', b'":')
+    return all(f'"{key}":'.encode() in compact for key in keys)
+
+
 STREAM_THRESHOLD = 32 * 1024 * 1024
+STREAM_THRESHOLD_ENV = "TRAJFORGE_STREAM_THRESHOLD"
+
+
+def stream_threshold() -> int:
+    """Bytes above which JSON files are parsed incrementally ($TRAJFORGE_STREAM_THRESHOLD)."""
+    raw = os.environ.get(STREAM_THRESHOLD_ENV)
+    if not raw:
+        return STREAM_THRESHOLD
+    try:
+        return int(raw)
+    except ValueError:
+        raise UserError(f"{STREAM_THRESHOLD_ENV} must be a number of bytes, got '{raw}'") from None
+
+
+def data_size(path: Path) -> int:
+    """Size of the (decompressed) content: for `.gz`, the size recorded in the gzip trailer."""
+    size = path.stat().st_size
+    if path.suffix != ".gz" or size < 18:
+        return size
+    with path.open("rb") as handle:
+        handle.seek(-4, os.SEEK_END)
+        recorded = int.from_bytes(handle.read(4), "little")
+    # The trailer holds the size modulo 2**32; a compressed file is rarely larger than that.
+    return max(recorded, size)
+
+
+def should_stream(path: Path) -> bool:
+    return data_size(path) > stream_threshold()
 
 
 def iter_json_array(path: Path, prefix: str = "item") -> Iterator[tuple[int, object]]:
     """(index, record) for each element of a JSON array (at `prefix`, ijson syntax).
 
-    Files above `STREAM_THRESHOLD` are parsed incrementally so memory stays near the size of
-    one record; smaller files are parsed at once, which is faster.
+    Files above `stream_threshold()` are parsed incrementally so memory stays near the size
+    of one record; smaller files are parsed at once, which is faster.
     """
-    if path.stat().st_size <= STREAM_THRESHOLD:
+    if not should_stream(path):
         data = load_json(path)
-        for key in prefix.split(".")[:-1] if prefix != "item" else []:
-            data = data.get(key) if isinstance(data, dict) else None
-        if not isinstance(data, list):
-            raise InputError(str(path), f"expected a JSON array at '{prefix}'")
-        yield from enumerate(data)
+        yield from enumerate(array_at(data, prefix, path))
         return
     yield from _stream_array(path, prefix)
+
+
+def array_at(data: object, prefix: str, path: Path) -> list:
+    """The array at an ijson-style `prefix` ("item", "simulations.item") of parsed JSON."""
+    for key in prefix.split(".")[:-1]:
+        data = data.get(key) if isinstance(data, dict) else None
+    if not isinstance(data, list):
+        raise InputError(str(path), f"expected a JSON array at '{prefix.removesuffix('.item')}'")
+    return data
 
 
 def _stream_array(path: Path, prefix: str) -> Iterator[tuple[int, object]]:
@@ -119,12 +178,38 @@ def _stream_array(path: Path, prefix: str) -> Iterator[tuple[int, object]]:
         try:
             for index, record in enumerate(ijson.items(handle, prefix, use_float=True)):
                 yield index, record
-        except ijson.JSONError as exc:
+        except (ijson.JSONError, EOFError, OSError) as exc:
             raise InputError(str(path), f"malformed JSON: {exc}", index + 1) from exc
 
 
-def split_extra(record: dict, known: set[str]) -> tuple[dict, dict]:
-    """(known fields, the rest) of a record."""
-    kept = {k: v for k, v in record.items() if k in known}
-    rest = {k: v for k, v in record.items() if k not in known}
-    return kept, rest
+def load_json_without(path: Path, skipped_key: str) -> dict:
+    """A top-level JSON object parsed incrementally, leaving out one (large) key.
+
+    Used with `iter_json_array(path, f"{skipped_key}.item")` to read the rest of a big file
+    without holding the skipped array in memory.
+    """
+    import ijson
+
+    builder = ijson.ObjectBuilder()
+    with open_binary(path) as handle:
+        try:
+            for prefix, event, value in ijson.parse(handle, use_float=True):
+                if _under(prefix, skipped_key) or (prefix == "" and value == skipped_key):
+                    continue
+                builder.event(event, value)
+        except (ijson.JSONError, EOFError, OSError) as exc:
+            raise InputError(str(path), f"malformed JSON: {exc}") from exc
+    if not isinstance(builder.value, dict):
+        raise InputError(str(path), "expected a JSON object")
+    return builder.value
+
+
+def _under(prefix: str, key: str) -> bool:
+    return prefix == key or prefix.startswith(key + ".")
+
+
+def record_problem(exc: Exception) -> str:
+    """A one-line description of why a record could not be converted."""
+    if isinstance(exc, KeyError):
+        return f"missing field {exc}"
+    return str(exc).splitlines()[0]

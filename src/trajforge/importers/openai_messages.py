@@ -12,11 +12,13 @@ _MESSAGE_FIELDS = {"role", "content", "name", "tool_calls", "tool_call_id"}
 _ROLES = {"system", "user", "assistant", "tool"}
 
 
-def to_message(record: dict[str, Any]) -> Message:
+def to_message(record: Any) -> Message:
     """A `Message` from an OpenAI-style dict; unknown fields (and a nested `extra`) go to `extra`.
 
     Raises ValueError (with the field at fault) on a record that is not a chat message.
     """
+    if not isinstance(record, dict):
+        raise ValueError(f"expected a message object, got {type(record).__name__}")
     role = record.get("role")
     if role not in _ROLES:
         raise ValueError(f"role must be one of {sorted(_ROLES)}, got {role!r}")

@@ -9,10 +9,25 @@ from trajforge.importers.base import Importer, read_head
 from trajforge.registry import Registry
 
 IMPORTERS: Registry[type[Importer]] = Registry("import format")
-# Detection order matters: specific formats before generic ones.
+
+# Detection order matters: formats recognized by their own markers first, generic ones last.
+# A format registered elsewhere takes part in detection once its name is added here.
+DETECTION_ORDER: list[str] = [
+    "trajforge",
+    "mini-swe-agent",
+    "swe-agent",
+    "tau2-bench",
+    "tau-bench",
+    "who-and-when",
+    "openai-chat",
+]
 IMPORTERS.register("trajforge", "trajforge.importers.trajforge_jsonl:TrajforgeJsonlImporter")
 IMPORTERS.register("mini-swe-agent", "trajforge.importers.mini_swe_agent:MiniSweAgentImporter")
+IMPORTERS.register("swe-agent", "trajforge.importers.swe_agent:SweAgentImporter")
+IMPORTERS.register("tau2-bench", "trajforge.importers.tau2_bench:Tau2BenchImporter")
 IMPORTERS.register("tau-bench", "trajforge.importers.tau_bench:TauBenchImporter")
+IMPORTERS.register("who-and-when", "trajforge.importers.who_and_when:WhoAndWhenImporter")
+IMPORTERS.register("openai-chat", "trajforge.importers.openai_chat:OpenAIChatImporter")
 
 
 def importer(name: str) -> Importer:
@@ -21,7 +36,8 @@ def importer(name: str) -> Importer:
 
 
 def all_importers() -> list[Importer]:
-    return [importer(name) for name in IMPORTERS._paths]
+    """One instance of each format, in detection order."""
+    return [importer(name) for name in DETECTION_ORDER]
 
 
 def detect_format(path: Path) -> Importer | None:

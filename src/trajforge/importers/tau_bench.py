@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from trajforge.errors import InputError
-from trajforge.importers.base import base_name, iter_json_array
+from trajforge.importers.base import base_name, iter_json_array, record_problem
 from trajforge.importers.openai_messages import to_message
 from trajforge.schema import Outcome, Source, Task, Trajectory
 
@@ -39,16 +39,10 @@ class TauBenchImporter:
             try:
                 yield run_to_trajectory(record, path)
             except (ValueError, KeyError, TypeError, AttributeError) as exc:
-                raise InputError(str(path), _problem(exc), index) from exc
+                raise InputError(str(path), record_problem(exc), index) from exc
 
     def sidecars(self, path: Path) -> list[Path]:
         return []
-
-
-def _problem(exc: Exception) -> str:
-    if isinstance(exc, KeyError):
-        return f"missing field {exc}"
-    return str(exc).splitlines()[0]
 
 
 def run_to_trajectory(record: Any, path: Path) -> Trajectory:

@@ -11,7 +11,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from trajforge.errors import InputError
-from trajforge.importers.base import first_json_line, iter_jsonl
+from trajforge.importers.base import first_line_has_keys, iter_jsonl
 from trajforge.schema import FORMAT_VERSION, Trajectory
 
 
@@ -20,8 +20,7 @@ class TrajforgeJsonlImporter:
     description = "trajforge JSONL export (one trajectory document per line)"
 
     def detect(self, path: Path, head: bytes) -> bool:
-        record = first_json_line(head)
-        return isinstance(record, dict) and "format_version" in record and "task" in record
+        return first_line_has_keys(head, "format_version", "task")
 
     def read(self, path: Path) -> Iterator[Trajectory]:
         for number, record in iter_jsonl(path):

@@ -1,0 +1,145 @@
+"""SWE-agent `.traj` files (SWE-agent 0.7 and 1.x).
+
+A file holds one run: `{trajectory[{action, observation, response, thought, state,
+execution_time, query}], history[{role, content, agent, message_type, tool_calls,
+tool_call_ids, is_demo}], info{exit_status, submission, model_stats}, replay_config,
+environment}`. `history` is the conversation the model saw; `trajectory` is SWE-agent's
+list of steps (one model call, its action and the observation).
+
+Step mapping: messages are `history` one to one (message index = position in `history`).
+SWE-agent step k (`trajectory[k]`) is the k-th assistant message of `history` that is not a
+demonstration (`is_demo`); that message gets `extra["trajectory_step"] = k` plus the step's
+`execution_time` and `state`, and the observation of step k is the message after it.
+Demonstration messages are kept (the model saw them) and marked by `extra["is_demo"]`.
+`query` (the whole prompt again, per step) is not kept.
+
+Tool messages of SWE-agent 1.x name their call in `tool_call_ids` (a list); the first id
+becomes `tool_call_id`. The model comes from `replay_config` (`agent.model.name`), the task
+id from `replay_config` (`problem_statement.id`) or the file name, the instruction from the
+problem statement or the first user message. SWE-agent writes no verdict, so the outcome's
+`success` stays unknown; `info.exit_status` is the termination reason.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from trajforge.errors import InputError
+from trajforge.importers.base import base_name, load_json, record_problem
+from trajforge.importers.openai_messages import to_message
+from trajforge.schema import Message, Outcome, Source, Task, Trajectory, Usage
+
+_STEP_FIELDS = ("execution_time", "state")
+
+
+class SweAgentImporter:
+    name = "swe-agent"
+    description = "SWE-agent .traj ({trajectory, history, info})"
+
+    def detect(self, path: Path, head: bytes) -> bool:
+        if head.lstrip()[:1] != b"{":
+            return False
+        if base_name(path).endswith(".traj"):
+            return True
+        return b'"trajectory"' in head and b'"observation"' in head and b'"action"' in head
+
+    def read(self, path: Path) -> Iterator[Trajectory]:
+        data = load_json(path)
+        if not isinstance(data, dict):
+            raise InputError(str(path), "expected a JSON object")
+        try:
+            yield _to_trajectory(data, path)
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise InputError(str(path), record_problem(exc), "$") from exc
+
+    def sidecars(self, path: Path) -> list[Path]:
+        return []
+
+
+def _to_trajectory(data: dict[str, Any], path: Path) -> Trajectory:
+    info = data.get("info") or {}
+    replay = _replay_config(data.get("replay_config"))
+    problem = replay.get("problem_statement") or {}
+    messages = _messages(data["history"])
+    _attach_steps(messages, data.get("trajectory") or [])
+    stats = info.get("model_stats") or {}
+    return Trajectory(
+        task=Task(
+            id=str(problem.get("id") or base_name(path).removesuffix(".traj")),
+            environment="swe-bench",
+            instruction=problem.get("text") or _first_user_text(messages),
+            data={"submission": info.get("submission")},
+        ),
+        source=Source(
+            harness="swe-agent",
+            model=((replay.get("agent") or {}).get("model") or {}).get("name"),
+            run=path.parent.parent.name or None,
+            file=str(path),
+            format="swe-agent",
+        ),
+        messages=messages,
+        outcome=Outcome(termination_reason=info.get("exit_status")),
+        usage=Usage(
+            prompt_tokens=stats.get("tokens_sent"),
+            completion_tokens=stats.get("tokens_received"),
+            total_tokens=_sum(stats.get("tokens_sent"), stats.get("tokens_received")),
+            cost=stats.get("instance_cost"),
+        ),
+        metadata={
+            "environment": data.get("environment"),
+            "api_calls": stats.get("api_calls"),
+            "info": {k: v for k, v in info.items() if k not in {"submission", "model_stats"}},
+        },
+    )
+
+
+def _replay_config(raw: Any) -> dict[str, Any]:
+    if isinstance(raw, str):
+        try:
+            raw = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            raise ValueError("replay_config: not valid JSON") from None
+    return raw if isinstance(raw, dict) else {}
+
+
+def _messages(history: Any) -> list[Message]:
+    if not isinstance(history, list):
+        raise ValueError("history: expected a list of messages")
+    messages = []
+    for position, raw in enumerate(history):
+        if not isinstance(raw, dict):
+            raise ValueError(f"history[{position}]: expected a JSON object")
+        ids = raw.get("tool_call_ids")
+        if raw.get("role") == "tool" and ids and "tool_call_id" not in raw:
+            raw = raw | {"tool_call_id": ids[0]}
+        try:
+            messages.append(to_message(raw))
+        except ValueError as exc:
+            raise ValueError(f"history[{position}]: {exc}") from exc
+    return messages
+
+
+def _attach_steps(messages: list[Message], steps: list[Any]) -> None:
+    """Mark the assistant message of each trajectory step (see the module docstring)."""
+    actions = [m for m in messages if m.role == "assistant" and not m.extra.get("is_demo")]
+    if len(actions) < len(steps):
+        raise ValueError(
+            f"trajectory has {len(steps)} steps but history only {len(actions)} assistant messages"
+        )
+    for number, (message, step) in enumerate(zip(actions, steps, strict=False)):
+        if not isinstance(step, dict):
+            raise ValueError(f"trajectory[{number}]: expected a JSON object")
+        message.extra["trajectory_step"] = number
+        message.extra |= {k: step[k] for k in _STEP_FIELDS if k in step}
+
+
+def _first_user_text(messages: list[Message]) -> str | None:
+    return next((m.text() for m in messages if m.role == "user"), None)
+
+
+def _sum(a: int | None, b: int | None) -> int | None:
+    return None if a is None or b is None else a + b

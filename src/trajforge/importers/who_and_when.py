@@ -1,0 +1,122 @@
+"""Who&When failure-attribution runs (mingyin1/Agents_Failure_Attribution).
+
+A file holds one failed multi-agent run (CaptainAgent on GAIA / AssistantBench questions):
+`{question, question_ID, level, ground_truth, is_correct, history[{role, name, content}],
+mistake_agent, mistake_step, mistake_reason, system_prompt{agent: text}}`, sometimes with
+`labels` (an error category).
+
+Step mapping: messages are `history` one to one, so message index == the dataset's step
+number. `mistake_step` (a string in the data) is the index into `history`; it becomes a
+human `Label` at that message index, with `mistake_agent` as the agent, `mistake_reason`
+as the reason and `labels` (when present) as the category. The labelled agent is kept as
+annotated even where it differs from the speaker of that message (three files).
+
+The question becomes the task instruction, `ground_truth` the gold answer, and the
+per-agent system prompts go to `metadata["system_prompts"]` (they were not part of
+`history`). The run folder (`Algorithm-Generated`, `Hand-Crafted`) becomes `source.run`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from trajforge.errors import InputError
+from trajforge.importers.base import load_json, record_problem
+from trajforge.importers.openai_messages import to_message
+from trajforge.schema import Label, Message, Outcome, Source, Task, Trajectory
+
+_CONSUMED = {
+    "question",
+    "question_ID",
+    "ground_truth",
+    "history",
+    "mistake_agent",
+    "mistake_step",
+    "mistake_reason",
+    "system_prompt",
+    "labels",
+    "is_correct",
+}
+
+
+class WhoAndWhenImporter:
+    name = "who-and-when"
+    description = "Who&When run ({question, history, mistake_agent, mistake_step, ...})"
+
+    def detect(self, path: Path, head: bytes) -> bool:
+        if head.lstrip()[:1] != b"{" or b'"history"' not in head:
+            return False
+        return b'"question_ID"' in head or b'"mistake_step"' in head
+
+    def read(self, path: Path) -> Iterator[Trajectory]:
+        data = load_json(path)
+        if not isinstance(data, dict):
+            raise InputError(str(path), "expected a JSON object")
+        try:
+            yield _to_trajectory(data, path)
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise InputError(str(path), record_problem(exc), "$") from exc
+
+    def sidecars(self, path: Path) -> list[Path]:
+        return []
+
+
+def _to_trajectory(data: dict[str, Any], path: Path) -> Trajectory:
+    messages = _messages(data["history"])
+    correct = data.get("is_correct")
+    return Trajectory(
+        task=Task(
+            id=str(data.get("question_ID") or path.stem),
+            environment="who-and-when",
+            instruction=data.get("question"),
+            gold=data.get("ground_truth"),
+            data={"level": data.get("level")},
+        ),
+        source=Source(
+            harness="captain-agent",
+            run=path.parent.name or None,
+            file=str(path),
+            format="who-and-when",
+        ),
+        messages=messages,
+        outcome=Outcome(
+            success=None if correct is None else bool(correct),
+            reward=None if correct is None else float(bool(correct)),
+            judged_by="who-and-when-ground-truth",
+        ),
+        labels=[_label(data, len(messages))],
+        metadata={"system_prompts": data.get("system_prompt") or {}}
+        | {k: v for k, v in data.items() if k not in _CONSUMED},
+    )
+
+
+def _messages(history: Any) -> list[Message]:
+    if not isinstance(history, list):
+        raise ValueError("history: expected a list of messages")
+    messages = []
+    for position, raw in enumerate(history):
+        try:
+            messages.append(to_message(raw))
+        except (ValueError, AttributeError) as exc:
+            raise ValueError(f"history[{position}]: {exc}") from exc
+    return messages
+
+
+def _label(data: dict[str, Any], n_messages: int) -> Label:
+    raw_step = data["mistake_step"]
+    try:
+        step = int(raw_step)
+    except (TypeError, ValueError):
+        raise ValueError(f"mistake_step: not a step number: {raw_step!r}") from None
+    if not 0 <= step < n_messages:
+        raise ValueError(f"mistake_step: {step} is outside history (0..{n_messages - 1})")
+    category = data.get("labels")
+    return Label(
+        message_index=step,
+        agent=data.get("mistake_agent"),
+        category=category if isinstance(category, str) else None,
+        reason=data.get("mistake_reason"),
+        source="human",
+    )
