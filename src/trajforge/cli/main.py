@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from trajforge.cli import browse, importing, report
+from trajforge.cli import diagnose as diagnose_cli
 from trajforge.cli import proxy as proxy_cli
 from trajforge.cli.common import guarded
 
@@ -24,6 +25,7 @@ app.command("export")(guarded(report.export_command))
 app.command("schema")(guarded(report.schema_command))
 app.command("mock-server")(guarded(proxy_cli.mock_server_command))
 app.command("proxy")(guarded(proxy_cli.proxy_command))
+app.add_typer(diagnose_cli.app, name="diagnose")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,44 @@
+"""Stage 1, localization: the `Localizer` protocol and the registry of methods by name.
+
+A localizer reads one failed run and returns a diagnosis with the decisive step, category,
+explanation, cited evidence and a proposed correction (stages 1-3), or None when it cannot
+say. `check` runs before anything is diagnosed and raises a `UserError` for a run the method
+cannot handle, so a batch fails before it stores anything.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from trajforge.diagnose.heuristics import localize_heuristic
+from trajforge.diagnose.model import Diagnosis
+from trajforge.registry import Registry
+from trajforge.schema import Trajectory
+
+
+class Localizer(Protocol):
+    name: str
+
+    def check(self, traj: Trajectory) -> None:
+        """Raise a `UserError` when this method cannot diagnose `traj`."""
+        ...
+
+    def localize(self, traj: Trajectory) -> Diagnosis | None: ...
+
+
+class HeuristicLocalizer:
+    """Evidence heuristics over the recorded messages (see `trajforge.diagnose.heuristics`)."""
+
+    name = "heuristic"
+
+    def check(self, traj: Trajectory) -> None:
+        return None
+
+    def localize(self, traj: Trajectory) -> Diagnosis | None:
+        return localize_heuristic(traj)
+
+
+LOCALIZERS: Registry[type] = Registry("diagnosis method")
+LOCALIZERS.register("heuristic", "trajforge.diagnose.localize:HeuristicLocalizer")
+LOCALIZERS.register("llm", "trajforge.diagnose.judge:LLMJudge")
+LOCALIZERS.register("counterfactual", "trajforge.diagnose.counterfactual:CounterfactualLocalizer")

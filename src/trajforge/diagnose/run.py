@@ -1,0 +1,96 @@
+"""The AET pipeline over a batch of stored runs: select failures, localize, verify, store.
+
+Nothing is written until every selected run has been diagnosed; the diagnoses are then stored
+in one transaction, so a bad input leaves the store as it was.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+from trajforge.diagnose.localize import LOCALIZERS, Localizer
+from trajforge.diagnose.model import Diagnosis, Verification
+from trajforge.diagnose.storage import save_diagnoses
+from trajforge.diagnose.verify import verify_by_evidence
+from trajforge.errors import UserError
+from trajforge.schema import Trajectory
+from trajforge.store import Store, TrajectoryFilter
+
+Progress = Callable[[Trajectory], None]
+
+
+def is_failure(traj: Trajectory) -> bool:
+    """A run to diagnose: judged failed, or of unknown outcome but carrying error labels."""
+    return traj.outcome.success is False or (traj.outcome.success is None and bool(traj.labels))
+
+
+def select_failures(store: Store, flt: TrajectoryFilter) -> list[Trajectory]:
+    """The failed runs matching `flt`; a clear error when there are none."""
+    matched = list(store.query(flt))
+    if not matched:
+        raise UserError("no trajectories match the filter; check the options (trajforge ls)")
+    failures = [t for t in matched if is_failure(t)]
+    if not failures:
+        which = matched[0].id if len(matched) == 1 else f"all {len(matched)} matching runs"
+        raise UserError(f"nothing to diagnose: {which} succeeded (diagnose reads failed runs)")
+    return failures
+
+
+def make_localizer(method: str, **options: object) -> Localizer:
+    """A localizer by method name (heuristic, llm, counterfactual) or `module:Class`."""
+    return LOCALIZERS.get(method)(**options)
+
+
+def verify(traj: Trajectory, diagnosis: Diagnosis) -> Verification:
+    """Stage 4: by fork where the run can be replayed, else against the recorded evidence."""
+    from trajforge.diagnose import forking
+
+    if diagnosis.step is None:
+        return Verification(method="none", verified=False, detail="no decisive step found")
+    if forking.forkable(traj):
+        return forking.verify_by_fork(traj, diagnosis)
+    return verify_by_evidence(traj, diagnosis, forking.tool_schemas(traj))
+
+
+def diagnose_run(traj: Trajectory, localizer: Localizer) -> Diagnosis:
+    """Stages 1-4 on one failed run (the diagnosis is returned, not stored)."""
+    diagnosis = localizer.localize(traj)
+    if diagnosis is None:
+        diagnosis = Diagnosis(
+            trajectory_id=traj.id,
+            method=localizer.name,  # type: ignore[arg-type]
+            step=None,
+            explanation="the method found no decisive error in this run",
+        )
+    diagnosis.verification = verify(traj, diagnosis)
+    diagnosis.details["first_proposal_verified"] = diagnosis.verified
+    return diagnosis.with_id()
+
+
+def diagnose_runs(
+    trajs: Iterable[Trajectory], localizer: Localizer, on_run: Progress | None = None
+) -> list[Diagnosis]:
+    """Check every run first (a method that cannot handle one fails before any work)."""
+    runs = list(trajs)
+    for traj in runs:
+        localizer.check(traj)
+    results = []
+    for traj in runs:
+        results.append(diagnose_run(traj, localizer))
+        if on_run is not None:
+            on_run(traj)
+    return results
+
+
+def diagnose_store(
+    store: Store,
+    flt: TrajectoryFilter,
+    localizer: Localizer,
+    on_run: Progress | None = None,
+    save: bool = True,
+) -> list[Diagnosis]:
+    """Diagnose the failed runs matching `flt` and store the diagnoses together."""
+    diagnoses = diagnose_runs(select_failures(store, flt), localizer, on_run)
+    if save:
+        save_diagnoses(store, diagnoses)
+    return diagnoses

@@ -1,0 +1,217 @@
+"""AET stage 5: training views from diagnosed failures, and their dataset card.
+
+- diagnosis view: the run up to the decisive step -> the diagnosis as JSON (step, agent,
+  category, explanation, cited evidence).
+- actor-recovery view: the run before the decisive step + diagnostic feedback -> the
+  corrected action (a tool call or a message).
+
+Both are chat JSONL (`{"messages": [...], "tools": "<json>", ...metadata}`); `tools` is a JSON
+string so rows with different tool sets share one column type. Only verified diagnoses are
+written unless `verified_only=False`. The card counts items by environment, harness, model
+and category (markdown and JSON).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import orjson
+from pydantic import BaseModel, Field
+
+from trajforge.diagnose.model import Diagnosis
+from trajforge.diagnose.taxonomy import taxonomy_text
+from trajforge.schema import Message, Trajectory
+
+DIAGNOSIS_FILE = "diagnosis.jsonl"
+RECOVERY_FILE = "recovery.jsonl"
+CARD_FILES = ("dataset_card.md", "dataset_card.json")
+
+DIAGNOSIS_SYSTEM = (
+    "You analyse failed runs of tool-using agents. Given a run up to a step, say whether and "
+    "how that step is the decisive error: answer with JSON {step, agent, category, "
+    "explanation, evidence: [{message_index, note}]}. Categories:\n" + taxonomy_text()
+)
+
+
+class ViewsConfig(BaseModel):
+    """What goes into the views."""
+
+    verified_only: bool = Field(default=True, description="Write verified diagnoses only.")
+    max_chars: int = Field(default=4000, description="Longer messages are shortened in prompts.")
+
+
+def chat_message(message: Message) -> dict[str, Any]:
+    """A message as an OpenAI chat dict with string content."""
+    data: dict[str, Any] = {"role": message.role, "content": message.text()}
+    if message.name:
+        data["name"] = message.name
+    if message.tool_calls:
+        data["tool_calls"] = [
+            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+            for c in message.tool_calls
+        ]
+    if message.tool_call_id:
+        data["tool_call_id"] = message.tool_call_id
+    return data
+
+
+def transcript(messages: list[Message], max_chars: int) -> str:
+    """Numbered plain-text transcript: `[i] role (name): text` and `-> tool(args)` lines."""
+    lines = []
+    for index, message in enumerate(messages):
+        who = message.role + (f" ({message.name})" if message.name else "")
+        text = message.text()
+        if len(text) > max_chars:
+            text = text[: max_chars // 2] + " [...] " + text[-max_chars // 2 :]
+        lines.append(f"[{index}] {who}: {text}")
+        lines.extend(f"    -> {c.name}({c.arguments})" for c in message.tool_calls or [])
+    return "\n".join(lines)
+
+
+def diagnosis_json(diagnosis: Diagnosis) -> str:
+    """The target of the diagnosis view."""
+    return orjson.dumps(
+        {
+            "step": diagnosis.step,
+            "agent": diagnosis.agent,
+            "category": diagnosis.category,
+            "explanation": diagnosis.explanation,
+            "evidence": [
+                {"message_index": e.message_index, "note": e.note} for e in diagnosis.evidence
+            ],
+        }
+    ).decode()
+
+
+def _metadata(traj: Trajectory, diagnosis: Diagnosis) -> dict[str, Any]:
+    return {
+        "id": diagnosis.id,
+        "trajectory_id": traj.id,
+        "step": diagnosis.step,
+        "category": diagnosis.category,
+        "method": diagnosis.method,
+        "verified": diagnosis.verified,
+        "environment": traj.task.environment,
+        "harness": traj.source.harness,
+        "model": traj.source.model,
+        "task_id": traj.task.id,
+    }
+
+
+def diagnosis_item(traj: Trajectory, diagnosis: Diagnosis, config: ViewsConfig) -> dict:
+    """Prefix up to (and including) the decisive step -> diagnosis JSON."""
+    step = diagnosis.step if diagnosis.step is not None else len(traj.messages) - 1
+    ask = f"the run ended after message {step}" if diagnosis.omission else f"message {step}"
+    prompt = (
+        f"Task: {traj.task.instruction or traj.task.id}\n\nRun so far:\n"
+        f"{transcript(traj.messages[: step + 1], config.max_chars)}\n\n"
+        f"The run failed. Diagnose {ask}."
+    )
+    messages = [
+        {"role": "system", "content": DIAGNOSIS_SYSTEM},
+        {"role": "user", "content": prompt},
+        {"role": "assistant", "content": diagnosis_json(diagnosis)},
+    ]
+    return {"messages": messages, "tools": "[]", **_metadata(traj, diagnosis)}
+
+
+def feedback_text(diagnosis: Diagnosis) -> str:
+    """The diagnostic feedback given to the actor before its corrected action."""
+    return (
+        f"Feedback on your next step: a previous attempt failed here ({diagnosis.category}). "
+        f"{diagnosis.explanation}. Take the right action now."
+    )
+
+
+def recovery_item(traj: Trajectory, diagnosis: Diagnosis) -> dict | None:
+    """Prefix before the decisive step + feedback -> corrected action (None without one)."""
+    if diagnosis.correction is None or diagnosis.step is None:
+        return None
+    prefix = [chat_message(m) for m in traj.messages[: diagnosis.step]]
+    feedback = {"role": "system", "content": feedback_text(diagnosis)}
+    target = chat_message(diagnosis.correction.as_message())
+    return {
+        "messages": [*prefix, feedback, target],
+        "tools": orjson.dumps(traj.tools).decode(),
+        **_metadata(traj, diagnosis),
+    }
+
+
+def write_views(
+    pairs: list[tuple[Trajectory, Diagnosis]], out_dir: Path, config: ViewsConfig | None = None
+) -> dict[str, Any]:
+    """Write both views and the dataset card into `out_dir`; returns the card."""
+    config = config or ViewsConfig()
+    kept = [
+        (t, d) for t, d in pairs if d.step is not None and (d.verified or not config.verified_only)
+    ]
+    diagnosis_rows = [diagnosis_item(t, d, config) for t, d in kept]
+    recovery_rows = [row for t, d in kept if (row := recovery_item(t, d)) is not None]
+    out_dir.mkdir(parents=True, exist_ok=True)
+    _write_jsonl(out_dir / DIAGNOSIS_FILE, diagnosis_rows)
+    _write_jsonl(out_dir / RECOVERY_FILE, recovery_rows)
+    card = dataset_card(pairs, kept, len(recovery_rows), config)
+    (out_dir / CARD_FILES[1]).write_bytes(orjson.dumps(card, option=orjson.OPT_INDENT_2))
+    (out_dir / CARD_FILES[0]).write_text(card_markdown(card))
+    return card
+
+
+def _write_jsonl(path: Path, rows: list[dict]) -> None:
+    tmp = path.with_suffix(".tmp")
+    with tmp.open("wb") as handle:
+        for row in rows:
+            handle.write(orjson.dumps(row) + b"\n")
+    tmp.replace(path)
+
+
+def _counts(values: list[str | None]) -> dict[str, int]:
+    return dict(Counter(v or "unknown" for v in values).most_common())
+
+
+def dataset_card(
+    pairs: list[tuple[Trajectory, Diagnosis]],
+    kept: list[tuple[Trajectory, Diagnosis]],
+    recovery_items: int,
+    config: ViewsConfig,
+) -> dict[str, Any]:
+    """Counts of the written items by environment, harness, model and category."""
+    return {
+        "diagnosed_runs": len(pairs),
+        "verified_runs": sum(d.verified for _, d in pairs),
+        "verified_only": config.verified_only,
+        "diagnosis_items": len(kept),
+        "recovery_items": recovery_items,
+        "by_environment": _counts([t.task.environment for t, _ in kept]),
+        "by_harness": _counts([t.source.harness for t, _ in kept]),
+        "by_model": _counts([t.source.model for t, _ in kept]),
+        "by_category": _counts([d.category for _, d in kept]),
+        "by_method": _counts([d.method for _, d in kept]),
+        "by_verification": _counts(
+            [d.verification.method if d.verification else None for _, d in kept]
+        ),
+        "files": [DIAGNOSIS_FILE, RECOVERY_FILE],
+    }
+
+
+def card_markdown(card: dict[str, Any]) -> str:
+    """The dataset card as markdown."""
+    lines = [
+        "# trajforge error-to-training dataset",
+        "",
+        f"{card['diagnosis_items']} diagnosis items and {card['recovery_items']} actor-recovery "
+        f"items from {card['diagnosed_runs']} diagnosed failed runs "
+        f"({card['verified_runs']} with a verified correction; "
+        f"{'verified items only' if card['verified_only'] else 'all items'}).",
+        "",
+        f"- `{DIAGNOSIS_FILE}`: run prefix up to the decisive step -> diagnosis JSON.",
+        f"- `{RECOVERY_FILE}`: run prefix + diagnostic feedback -> corrected action.",
+        "",
+        "Rows: `messages` (OpenAI chat form), `tools` (JSON string of tool schemas), and "
+        "trajectory_id, step, category, method, verified, environment, harness, model, task_id.",
+    ]
+    for key in ("by_environment", "by_harness", "by_model", "by_category", "by_method"):
+        lines += ["", f"## {key.removeprefix('by_')}", "", "| value | items |", "|---|---|"]
+        lines += [f"| {name} | {count} |" for name, count in card[key].items()]
+    return "\n".join(lines) + "\n"
