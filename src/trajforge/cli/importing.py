@@ -2,28 +2,47 @@
 
 from __future__ import annotations
 
+from collections import Counter
+from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from trajforge.cli.common import DbOption, JsonOption, console, err_console, open_store, print_json
-from trajforge.importers.pipeline import ImportReport, import_jobs, plan
+from trajforge.importers.pipeline import ImportReport, SourceOverrides, import_jobs, plan
+from trajforge.importers.registry import DETECTION_ORDER
 
 
 def import_command(
     paths: Annotated[list[str], typer.Argument(help="Files, folders or globs to import.")],
     db: DbOption = None,
     fmt: Annotated[
-        str | None, typer.Option("--format", help="Force a format instead of detecting it.")
+        str | None,
+        typer.Option(
+            "--format", help=f"Force a format instead of detecting it: {', '.join(DETECTION_ORDER)}."
+        ),
+    ] = None,
+    model: Annotated[
+        str | None,
+        typer.Option("--model", help="Set the model of every imported run (files without one)."),
+    ] = None,
+    run: Annotated[
+        str | None, typer.Option("--run", help="Set the run name of every imported run.")
     ] = None,
     json_out: JsonOption = False,
 ) -> None:
-    """Import trajectories; each file is imported whole or not at all."""
+    """Import trajectories; each file is imported whole or not at all.
+
+    Folders are searched recursively: files that are not trajectories are skipped and
+    listed, and companion files (SWE-bench reports, tau2 submission.json) are consumed by
+    the importer of the runs they describe.
+    """
     jobs, report = plan(paths, fmt)
+    overrides = SourceOverrides(model=model, run=run)
     with open_store(db, must_exist=False) as store, _progress(json_out) as progress:
         task = progress.add_task("importing", total=len(jobs))
-        import_jobs(store, jobs, report, on_file=lambda _: progress.advance(task))
+        import_jobs(store, jobs, report, lambda _: progress.advance(task), overrides)
     if json_out:
         print_json(_summary(report))
     else:
@@ -49,21 +68,32 @@ def _summary(report: ImportReport) -> dict:
         "imported": report.added,
         "duplicates": report.duplicates,
         "files": len(report.files),
+        "by_format": dict(Counter(f.format for f in report.files if not f.error)),
         "failed": [{"path": f.path, "error": f.error} for f in report.failed],
         "not_trajectories": report.not_trajectories,
-        "sidecars": len(report.sidecars),
+        "sidecars": report.sidecars,
     }
 
 
+def by_folder(paths: list[str]) -> list[tuple[str, int]]:
+    """(folder, number of files) for a list of file paths, in first-seen order."""
+    return list(Counter(str(Path(p).parent) for p in paths).items())
+
+
 def _print_report(report: ImportReport) -> None:
+    formats = Counter(f.format for f in report.files if not f.error)
     console.print(
-        f"imported [bold green]{report.added}[/] trajectories from {len(report.files)} files; "
+        f"imported [bold green]{report.added}[/] trajectories from {len(report.files)} files "
+        f"({', '.join(f'{n} {name}' for name, n in formats.items()) or 'none'}); "
         f"skipped [bold]{report.duplicates}[/] as duplicates; "
-        f"{len(report.sidecars)} sidecar files consumed"
+        f"{len(report.sidecars)} companion files consumed"
     )
     if report.not_trajectories:
-        console.print(f"not trajectories ({len(report.not_trajectories)} files, skipped):")
-        for path in report.not_trajectories:
-            console.print(f"  {path}", markup=False, highlight=False)
+        console.print(
+            f"skipped {len(report.not_trajectories)} files that are not trajectories "
+            "(--json lists them):"
+        )
+        for folder, count in by_folder(report.not_trajectories):
+            console.print(f"  {folder}/ ({count})", markup=False, highlight=False)
     for failed in report.failed:
         err_console.print(f"error: {failed.error}", markup=False, highlight=False, soft_wrap=True)

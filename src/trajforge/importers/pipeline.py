@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import glob
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from pydantic import BaseModel, Field
@@ -11,6 +11,7 @@ from pydantic import BaseModel, Field
 from trajforge.errors import UserError
 from trajforge.importers.base import Importer
 from trajforge.importers.registry import detect_format, require_format
+from trajforge.schema import Trajectory
 from trajforge.store import Store
 
 
@@ -22,6 +23,22 @@ class FileResult(BaseModel):
     added: int = 0
     duplicates: int = 0
     error: str | None = None
+
+
+class SourceOverrides(BaseModel):
+    """Source fields to set on every imported trajectory (for files that do not name them)."""
+
+    model: str | None = Field(default=None, description="Model that drove the agent.")
+    run: str | None = Field(default=None, description="Run or experiment name.")
+
+    def apply(self, trajs: Iterable[Trajectory]) -> Iterator[Trajectory]:
+        """The trajectories with the overrides set (ids are recomputed from the new content)."""
+        changes = self.model_dump(exclude_none=True)
+        for traj in trajs:
+            if changes:
+                traj.source = traj.source.model_copy(update=changes)
+                traj.id = ""
+            yield traj
 
 
 class ImportReport(BaseModel):
@@ -88,10 +105,11 @@ def import_paths(
     paths: Iterable[str],
     fmt: str | None = None,
     on_file: Callable[[FileResult], None] | None = None,
+    overrides: SourceOverrides | None = None,
 ) -> ImportReport:
     """Import files, folders and globs; each file commits alone or not at all."""
     jobs, report = plan(paths, fmt)
-    return import_jobs(store, jobs, report, on_file)
+    return import_jobs(store, jobs, report, on_file, overrides)
 
 
 def import_jobs(
@@ -99,12 +117,14 @@ def import_jobs(
     jobs: list[tuple[Path, Importer]],
     report: ImportReport,
     on_file: Callable[[FileResult], None] | None = None,
+    overrides: SourceOverrides | None = None,
 ) -> ImportReport:
     """Run planned (path, importer) jobs, adding one `FileResult` per file to `report`."""
+    overrides = overrides or SourceOverrides()
     for path, imp in jobs:
         result = FileResult(path=str(path), format=imp.name)
         try:
-            result.added, result.duplicates = store.add_many(imp.read(path))
+            result.added, result.duplicates = store.add_many(overrides.apply(imp.read(path)))
         except UserError as exc:
             result.error = str(exc)
         report.files.append(result)
