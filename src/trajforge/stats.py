@@ -31,11 +31,12 @@ def _counts(rows: list[TrajectoryRow]) -> dict[str, Any]:
 
 
 def distribution(values: list[int]) -> dict[str, float] | None:
-    """min / median / p90 / max / mean of a list of numbers (None when empty)."""
+    """count / min / median / p90 / max / mean of a list of numbers (None when empty)."""
     if not values:
         return None
     ordered = sorted(values)
     return {
+        "count": len(ordered),
         "min": ordered[0],
         "median": median(ordered),
         "p90": ordered[min(len(ordered) - 1, int(0.9 * len(ordered)))],

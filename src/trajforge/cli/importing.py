@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from trajforge.cli.common import DbOption, JsonOption, console, err_console, open_store, print_json
@@ -19,9 +20,7 @@ def import_command(
     db: DbOption = None,
     fmt: Annotated[
         str | None,
-        typer.Option(
-            "--format", help=f"Force a format instead of detecting it: {', '.join(DETECTION_ORDER)}."
-        ),
+        typer.Option("--format", help=f"Force a format: {', '.join(DETECTION_ORDER)}."),
     ] = None,
     model: Annotated[
         str | None,
@@ -46,7 +45,7 @@ def import_command(
     if json_out:
         print_json(_summary(report))
     else:
-        _print_report(report)
+        print_import_report(report)
     if report.failed:
         raise typer.Exit(1)
 
@@ -80,20 +79,22 @@ def by_folder(paths: list[str]) -> list[tuple[str, int]]:
     return list(Counter(str(Path(p).parent) for p in paths).items())
 
 
-def _print_report(report: ImportReport) -> None:
+def print_import_report(report: ImportReport, out: Console = console) -> None:
+    """The import summary: counts, skipped files grouped by folder, one line per failure."""
     formats = Counter(f.format for f in report.files if not f.error)
-    console.print(
+    out.print(
         f"imported [bold green]{report.added}[/] trajectories from {len(report.files)} files "
         f"({', '.join(f'{n} {name}' for name, n in formats.items()) or 'none'}); "
         f"skipped [bold]{report.duplicates}[/] as duplicates; "
         f"{len(report.sidecars)} companion files consumed"
     )
     if report.not_trajectories:
-        console.print(
-            f"skipped {len(report.not_trajectories)} files that are not trajectories "
+        count = len(report.not_trajectories)
+        out.print(
+            f"skipped {count} {'file' if count == 1 else 'files'} that are not trajectories "
             "(--json lists them):"
         )
         for folder, count in by_folder(report.not_trajectories):
-            console.print(f"  {folder}/ ({count})", markup=False, highlight=False)
+            out.print(f"  {folder}/ ({count})", markup=False, highlight=False)
     for failed in report.failed:
         err_console.print(f"error: {failed.error}", markup=False, highlight=False, soft_wrap=True)

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.console import Console
 from rich.table import Table
 
 from trajforge.cli.common import (
@@ -45,10 +46,10 @@ def stats_command(
     print_stats(report)
 
 
-def print_stats(report: dict[str, Any]) -> None:
+def print_stats(report: dict[str, Any], out: Console = console) -> None:
     """Render a stats report as rich tables."""
     rate = report["success_rate"]
-    console.print(
+    out.print(
         f"[bold]{report['total']}[/] trajectories, {report['successes']} successes"
         + (f" ({rate:.1%} of judged)" if rate is not None else "")
     )
@@ -57,8 +58,8 @@ def print_stats(report: dict[str, Any]) -> None:
         ("by_model", "model"),
         ("by_environment", "environment"),
     ):
-        console.print(_group_table(report[key], title))
-    console.print(_distribution_table(report))
+        out.print(_group_table(report[key], title))
+    out.print(_distribution_table(report))
 
 
 def _group_table(groups: list[dict[str, Any]], title: str) -> Table:
@@ -77,19 +78,27 @@ def _group_table(groups: list[dict[str, Any]], title: str) -> Table:
 
 
 def _distribution_table(report: dict[str, Any]) -> Table:
-    table = Table(title="distributions")
-    for column in ("", "min", "median", "p90", "max", "mean"):
+    table = Table(title="distributions per run")
+    for column in ("", "runs", "min", "median", "p90", "max", "mean"):
         table.add_column(column, justify="right")
     rows = {
         "steps": report["steps"],
         "steps (success)": report["steps_by_outcome"]["success"],
         "steps (failure)": report["steps_by_outcome"]["failure"],
+        "messages": report["messages"],
         "tokens": report["tokens"],
     }
     for name, dist in rows.items():
         if dist:
-            table.add_row(name, *(f"{dist[k]:g}" for k in ("min", "median", "p90", "max", "mean")))
+            cells = (_number(dist[k]) for k in ("count", "min", "median", "p90", "max", "mean"))
+            table.add_row(name, *cells)
     return table
+
+
+def _number(value: float) -> str:
+    if float(value).is_integer():
+        return f"{int(value):,}"
+    return f"{value:,.1f}"
 
 
 def export_command(
