@@ -1,0 +1,226 @@
+"""The recording proxy: an OpenAI-compatible ASGI app in front of an upstream model server.
+
+Routes: `/v1/chat/completions`, `/v1/completions`, `/v1/models`, the same under
+`/s/{session}/v1/...`, and `POST /s/{session}/outcome` to record how a session ended. Each
+call is committed to the store before the client gets the end of its answer (the last byte
+of a plain answer, the `[DONE]` of a stream), so every answered call is on disk.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+
+from trajforge.models.mock_answers import error_body
+from trajforge.proxy.capture import Tokens, tokens_of
+from trajforge.proxy.config import ProxyConfig
+from trajforge.proxy.faults import FaultInjector
+from trajforge.proxy.record import CapturedCall, Endpoint, UpstreamFault
+from trajforge.proxy.recorder import Recorder
+from trajforge.proxy.redact import scrub_request
+from trajforge.proxy.shaping import ClientAsked, augment, for_client
+from trajforge.proxy.streaming import relay_stream
+from trajforge.proxy.upstream import Upstream, UpstreamError, observed
+from trajforge.schema import Outcome
+from trajforge.store import Store
+
+log = logging.getLogger("trajforge.proxy")
+
+
+class _JSON(Response):
+    media_type = "application/json"
+
+    def render(self, content: Any) -> bytes:
+        return orjson.dumps(content)
+
+
+@dataclass
+class CallContext:
+    """One call in flight."""
+
+    session: str
+    endpoint: Endpoint
+    body: dict[str, Any]
+    stream: bool
+    started_at: float = field(default_factory=time.time)
+    t0: float = field(default_factory=time.perf_counter)
+
+
+class RecordingProxy:
+    """The proxy's ASGI app (`.app`) and its state: store, recorder, upstream pool."""
+
+    def __init__(self, config: ProxyConfig, db: str | Path | None = None) -> None:
+        self.config = config
+        self.db = db
+        self.faults = FaultInjector(config.faults) if config.faults else None
+        self.store: Store | None = None
+        self.recorder: Recorder | None = None
+        self.upstream: Upstream | None = None
+        self.app = FastAPI(title="trajforge recording proxy", lifespan=self._lifespan)
+        for prefix in ("", "/s/{session}"):
+            self.app.post(f"{prefix}/v1/chat/completions")(self.chat_completions)
+            self.app.post(f"{prefix}/v1/completions")(self.completions)
+            self.app.get(f"{prefix}/v1/models")(self.models)
+        self.app.post("/s/{session}/outcome")(self.outcome)
+
+    @asynccontextmanager
+    async def _lifespan(self, app: FastAPI) -> AsyncIterator[None]:
+        self.store = Store(self.db)
+        self.recorder = Recorder(self.store, harness=self.config.harness)
+        self.upstream = Upstream(self.config)
+        try:
+            yield
+        finally:
+            await self.upstream.close()
+            self.recorder.close()
+            self.store.close()
+
+    def _refused(self, request: Request) -> Response | None:
+        if self.config.token is None:
+            return None
+        sent = request.headers.get("authorization", "")
+        if hmac.compare_digest(sent.encode(), f"Bearer {self.config.token}".encode()):
+            return None
+        body = error_body("missing or wrong proxy token", "authentication_error", "invalid_api_key")
+        return JSONResponse(body, status_code=401)
+
+    async def chat_completions(self, request: Request, session: str | None = None) -> Response:
+        return await self._call(request, "chat/completions", session)
+
+    async def completions(self, request: Request, session: str | None = None) -> Response:
+        return await self._call(request, "completions", session)
+
+    async def models(self, request: Request, session: str | None = None) -> Response:
+        refused = self._refused(request)
+        if refused is not None:
+            return refused
+        try:
+            answer = await self.upstream.get("/models", self.upstream.headers(request.headers))
+        except UpstreamError as error:
+            return JSONResponse(error.body, status_code=error.status)
+        return Response(answer.content, answer.status_code, media_type="application/json")
+
+    async def outcome(self, request: Request, session: str) -> Response:
+        """Record how a session ended: `{"success": bool, "reward": float}`."""
+        refused = self._refused(request)
+        if refused is not None:
+            return refused
+        try:
+            outcome = Outcome.model_validate_json(await request.body())
+        except ValueError as exc:
+            message = str(exc).splitlines()[0]
+            return JSONResponse(error_body(message, "invalid_request_error"), status_code=400)
+        trajectory_id = await asyncio.wrap_future(self.recorder.set_outcome(session, outcome))
+        return _JSON({"trajectory_id": trajectory_id})
+
+    def _context(self, request: Request, endpoint: Endpoint, session: str | None, body: dict):
+        name = session or request.headers.get(self.config.session_header)
+        return CallContext(
+            session=name or self.config.default_session,
+            endpoint=endpoint,
+            body=body,
+            stream=bool(body.get("stream")),
+        )
+
+    async def _call(self, request: Request, endpoint: Endpoint, session: str | None) -> Response:
+        refused = self._refused(request)
+        if refused is not None:
+            return refused
+        try:
+            body = orjson.loads(await request.body())
+        except orjson.JSONDecodeError as exc:
+            message = f"request body is not JSON: {exc}"
+            return JSONResponse(error_body(message, "invalid_request_error"), status_code=400)
+        if not isinstance(body, dict):
+            message = "request body must be a JSON object"
+            return JSONResponse(error_body(message, "invalid_request_error"), status_code=400)
+        context = self._context(request, endpoint, session, body)
+        upstream_body, asked = augment(body, endpoint == "chat/completions", self.config)
+        headers = self.upstream.headers(request.headers)
+        fault = self.faults.draw(request.headers) if self.faults else None
+        try:
+            await self._inject_early(fault)
+            if context.stream:
+                response = await self.upstream.open_stream(f"/{endpoint}", upstream_body, headers)
+                return relay_stream(self, context, response, asked, truncate=fault == "truncate")
+            data = await self.upstream.post(f"/{endpoint}", upstream_body, headers)
+        except UpstreamError as error:
+            await self.record(context, error.status, error=error.message, fault=error.fault)
+            return JSONResponse(error.body, status_code=error.status)
+        if fault == "truncate":
+            return await self._truncated_plain(context, data, asked)
+        await self.record(context, 200, response=data, tokens=tokens_of(data))
+        return _JSON(for_client(data, asked))
+
+    async def _inject_early(self, fault: str | None) -> None:
+        if fault == "timeout":
+            await asyncio.sleep(self.faults.config.timeout_delay_s)
+            raise observed(504, "upstream_timeout", "upstream timed out", injected=True)
+        if fault == "5xx":
+            raise observed(503, "upstream_5xx", "upstream answered 503", injected=True)
+
+    async def _truncated_plain(self, context: CallContext, data: dict, asked: ClientAsked):
+        text = orjson.dumps(for_client(data, asked))
+        detail = "answer cut after half of its bytes"
+        fault = UpstreamFault(kind="upstream_truncated", detail=detail, injected=True)
+        await self.record(context, 200, response=data, error=detail, fault=fault)
+        return Response(text[: len(text) // 2], 200, media_type="application/json")
+
+    def captured(
+        self,
+        context: CallContext,
+        status: int,
+        response: dict | None = None,
+        tokens: Tokens | None = None,
+        error: str | None = None,
+        fault: UpstreamFault | None = None,
+    ) -> CapturedCall:
+        """The record of a finished call (request scrubbed of secrets)."""
+        tokens = tokens or Tokens()
+        return CapturedCall.model_construct(
+            session=context.session,
+            endpoint=context.endpoint,
+            request=scrub_request(context.body),
+            response=response,
+            status=status,
+            error=error,
+            stream=context.stream,
+            started_at=context.started_at,
+            latency_s=time.perf_counter() - context.t0,
+            prompt_token_ids=tokens.prompt_ids,
+            completion_token_ids=tokens.completion_ids,
+            logprobs=tokens.logprobs,
+            fault=fault,
+        )
+
+    async def record(
+        self,
+        context: CallContext,
+        status: int,
+        response: dict | None = None,
+        error: str | None = None,
+        fault: UpstreamFault | None = None,
+        tokens: Tokens | None = None,
+    ) -> None:
+        """Hand the call to the recorder and wait until it is committed."""
+        call = self.captured(context, status, response, tokens, error, fault)
+        try:
+            await asyncio.wrap_future(self.recorder.submit(call))
+        except Exception:  # the harness still gets its answer; the operator sees why
+            log.exception("could not record a call of session %s", context.session)
+
+
+def build_proxy_app(config: ProxyConfig, db: str | Path | None = None) -> FastAPI:
+    """The ASGI app of a recording proxy writing to the store at `db`."""
+    return RecordingProxy(config, db).app

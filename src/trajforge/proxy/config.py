@@ -1,0 +1,60 @@
+"""Configuration of the recording proxy and of its upstream fault injection."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class FaultConfig(BaseModel):
+    """Upstream failures the proxy injects on purpose (recorded as `Fault`s), by seed."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    timeout: float = Field(default=0.0, ge=0, le=1, description="Share of calls that time out.")
+    server_error: float = Field(
+        default=0.0, ge=0, le=1, description="Share of calls answered with HTTP 503."
+    )
+    truncate: float = Field(
+        default=0.0, ge=0, le=1, description="Share of calls whose answer is cut half-way."
+    )
+    timeout_delay_s: float = Field(
+        default=0.0, ge=0, description="Seconds an injected timeout waits before answering 504."
+    )
+    seed: int = Field(default=0, description="Seed of the injection draws (reproducible runs).")
+    header_override: bool = Field(
+        default=True,
+        description="Let a client force one fault with the header X-Trajforge-Fault "
+        "(timeout, 5xx or truncate): for targeted robustness tests.",
+    )
+
+
+class ProxyConfig(BaseModel):
+    """Where the proxy forwards, what it asks the upstream for, and who may call it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    upstream: str = Field(description="Upstream base URL, ending in /v1 (vLLM, SGLang, OpenAI...).")
+    token: str | None = Field(
+        default=None, description="When set, clients must send `Authorization: Bearer TOKEN`."
+    )
+    upstream_api_key: str | None = Field(
+        default=None,
+        description="Key sent upstream; when unset the client's Authorization is forwarded "
+        "(unless `token` is set, which the upstream never sees).",
+    )
+    timeout_s: float = Field(default=600.0, description="Seconds before an upstream call fails.")
+    ask_logprobs: bool = Field(
+        default=True, description="Ask the upstream for logprobs even when the client did not."
+    )
+    ask_token_ids: bool = Field(
+        default=True,
+        description="Ask vLLM/SGLang-style upstreams for token ids (`return_token_ids`); turn "
+        "off for upstreams that reject unknown fields.",
+    )
+    session_header: str = Field(
+        default="x-trajforge-session",
+        description="Header naming the session when the URL has no /s/{session} prefix.",
+    )
+    default_session: str = Field(default="default", description="Session of calls that name none.")
+    harness: str = Field(default="proxy", description="Source harness written on trajectories.")
+    faults: FaultConfig | None = Field(default=None, description="Upstream fault injection.")

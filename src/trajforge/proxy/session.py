@@ -1,0 +1,191 @@
+"""Assembly: the calls of one session become one trajectory, kept up to date call by call.
+
+The messages are the last call's prompt plus its answer. Each call whose answer appears at
+its position in those messages is linked to it by `message_index`; calls made on a history
+that was later rewritten keep `message_index=None`. Every call carries its drift audit in
+`extra["drift"]`; upstream failures become `Fault`s at the index the answer would have had.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any
+
+from trajforge.importers.openai_messages import to_message
+from trajforge.proxy.drift import audit, normalize_message
+from trajforge.proxy.record import CapturedCall
+from trajforge.schema import Fault, LLMCall, Message, Outcome, Source, Task, Trajectory, Usage
+
+_ROLE_ALIASES = {"developer": "system", "function": "tool"}
+_TOKEN_FIELDS = ("prompt_token_ids", "token_ids")
+
+
+def trajectory_id(session: str) -> str:
+    """The stable id of a session's trajectory."""
+    return hashlib.sha256(f"proxy-session:{session}".encode()).hexdigest()[:20]
+
+
+def _to_message(record: dict[str, Any]) -> Message:
+    role = _ROLE_ALIASES.get(str(record.get("role")), record.get("role"))
+    try:
+        return to_message({**record, "role": role})
+    except ValueError:
+        return Message(role="user", content=str(record.get("content")), extra={"raw": record})
+
+
+def _slim_response(response: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The answer without the token arrays that have their own fields."""
+    if response is None:
+        return None
+    slim = {k: v for k, v in response.items() if k not in _TOKEN_FIELDS}
+    slim["choices"] = [
+        {k: v for k, v in choice.items() if k not in (*_TOKEN_FIELDS, "logprobs")}
+        for choice in response.get("choices") or []
+        if isinstance(choice, dict)
+    ]
+    return slim
+
+
+def _usage(response: dict[str, Any] | None) -> Usage | None:
+    usage = (response or {}).get("usage")
+    if not isinstance(usage, dict):
+        return None
+    return Usage(
+        prompt_tokens=usage.get("prompt_tokens"),
+        completion_tokens=usage.get("completion_tokens"),
+        total_tokens=usage.get("total_tokens"),
+    )
+
+
+@dataclass
+class SessionState:
+    """One session's calls so far and what the next drift audit compares against."""
+
+    name: str
+    harness: str = "proxy"
+    calls: list[LLMCall] = field(default_factory=list)
+    answers: list[tuple | None] = field(default_factory=list)
+    faults: list[Fault] = field(default_factory=list)
+    last: CapturedCall | None = None
+    outcome: Outcome = field(default_factory=Outcome)
+    previous_messages: list[tuple] | None = None
+    previous_tokens: list[int] | None = None
+
+    @property
+    def next_seq(self) -> int:
+        return len(self.calls)
+
+    def add(self, captured: CapturedCall) -> LLMCall:
+        """Audit, record and link one call; returns its `LLMCall`."""
+        prompt = captured.prompt_messages()
+        normalized = [normalize_message(m) for m in prompt]
+        drift = audit(
+            self.previous_messages, self.previous_tokens, normalized, captured.prompt_token_ids
+        )
+        answer = captured.answer_message()
+        call = self._llm_call(captured, len(prompt), drift.model_dump())
+        self.calls.append(call)
+        self.answers.append(normalize_message(answer) if answer else None)
+        self.last = captured
+        if captured.fault is not None:
+            detail = ("injected: " if captured.fault.injected else "observed: ") + (
+                captured.fault.detail
+            )
+            self.faults.append(
+                Fault(
+                    message_index=len(prompt),
+                    kind=captured.fault.kind,
+                    tool=captured.endpoint,
+                    detail=detail,
+                )
+            )
+        if answer is not None:
+            self.previous_messages = [*normalized, normalize_message(answer)]
+            self.previous_tokens = _expected_tokens(captured)
+        return call
+
+    def _llm_call(self, captured: CapturedCall, n_prompt: int, drift: dict) -> LLMCall:
+        response = captured.response or {}
+        request = {k: v for k, v in captured.request.items() if k not in ("messages", "prompt")}
+        choice = (response.get("choices") or [{}])[0] if captured.error is None else {}
+        return LLMCall(
+            id=str(response.get("id") or f"{self.name}/{self.next_seq}"),
+            model=response.get("model") or captured.request.get("model"),
+            request=request,
+            response=_slim_response(captured.response) if captured.error is None else None,
+            prompt_token_ids=captured.prompt_token_ids,
+            completion_token_ids=captured.completion_token_ids,
+            logprobs=captured.logprobs,
+            latency_s=captured.latency_s,
+            usage=_usage(captured.response),
+            started_at=captured.started_at,
+            error=captured.error,
+            extra={
+                "session": self.name,
+                "seq": self.next_seq,
+                "endpoint": captured.endpoint,
+                "status": captured.status,
+                "stream": captured.stream,
+                "prompt_messages": n_prompt,
+                "finish_reason": choice.get("finish_reason") if isinstance(choice, dict) else None,
+                "drift": drift,
+            },
+        )
+
+    def trajectory(self) -> Trajectory:
+        """The session as a trajectory (messages = last prompt + its answer)."""
+        messages = [_to_message(m) for m in self.last.prompt_messages()] if self.last else []
+        answer = self.last.answer_message() if self.last else None
+        if answer is not None:
+            messages.append(_to_message(answer))
+        final = [normalize_message(m.model_dump(exclude={"extra"})) for m in messages]
+        calls = [
+            self._linked(call, reply, final)
+            for call, reply in zip(self.calls, self.answers, strict=True)
+        ]
+        return Trajectory(
+            id=trajectory_id(self.name),
+            task=Task(id=self.name, instruction=_first_user_text(messages)),
+            source=Source(
+                harness=self.harness,
+                model=calls[-1].model if calls else None,
+                run=self.name,
+                format="proxy",
+            ),
+            messages=messages,
+            tools=list((self.last.request.get("tools") if self.last else None) or []),
+            outcome=self.outcome,
+            usage=_total_usage(calls),
+            llm_calls=calls,
+            faults=list(self.faults),
+            metadata={"session": self.name, "n_calls": len(calls)},
+        )
+
+    @staticmethod
+    def _linked(call: LLMCall, answer: tuple | None, final: list[tuple]) -> LLMCall:
+        index = call.extra["prompt_messages"]
+        linked = answer is not None and index < len(final) and final[index] == answer
+        return call.model_copy(update={"message_index": index if linked else None})
+
+
+def _expected_tokens(captured: CapturedCall) -> list[int] | None:
+    if captured.prompt_token_ids is None or captured.completion_token_ids is None:
+        return None
+    return captured.prompt_token_ids + captured.completion_token_ids
+
+
+def _first_user_text(messages: list[Message]) -> str | None:
+    return next((m.text() for m in messages if m.role == "user"), None)
+
+
+def _total_usage(calls: list[LLMCall]) -> Usage:
+    prompt = sum((c.usage.prompt_tokens or 0) for c in calls if c.usage)
+    completion = sum((c.usage.completion_tokens or 0) for c in calls if c.usage)
+    wall = sum(c.latency_s or 0.0 for c in calls)
+    return Usage(
+        prompt_tokens=prompt,
+        completion_tokens=completion,
+        total_tokens=prompt + completion,
+        wall_time_s=round(wall, 6),
+    )

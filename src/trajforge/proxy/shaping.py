@@ -1,0 +1,73 @@
+"""What the proxy adds to a request (to get tokens and logprobs) and removes from the answer.
+
+The proxy asks the upstream for logprobs, token ids and streamed usage even when the client
+did not; the client then receives the answer without those additions, as it would have
+without the proxy. Answers are copied, never edited in place: the recorder keeps the
+original.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from trajforge.proxy.config import ProxyConfig
+
+_TOKEN_FIELDS = ("prompt_token_ids", "token_ids")
+
+
+@dataclass(frozen=True)
+class ClientAsked:
+    """Which of the proxy's additions the client asked for itself."""
+
+    logprobs: bool
+    token_ids: bool
+    usage: bool
+
+    @property
+    def everything(self) -> bool:
+        return self.logprobs and self.token_ids and self.usage
+
+
+def augment(body: dict[str, Any], chat: bool, config: ProxyConfig) -> tuple[dict, ClientAsked]:
+    """The upstream request body and what the client asked for itself."""
+    stream_options = body.get("stream_options") or {}
+    asked = ClientAsked(
+        logprobs=body.get("logprobs") not in (None, False) or not config.ask_logprobs,
+        token_ids=bool(body.get("return_token_ids")) or not config.ask_token_ids,
+        usage=not body.get("stream") or bool(stream_options.get("include_usage")),
+    )
+    upstream = dict(body)
+    if not asked.logprobs:
+        upstream["logprobs"] = True if chat else 0
+    if not asked.token_ids:
+        upstream["return_token_ids"] = True
+    if not asked.usage:
+        upstream["stream_options"] = {**stream_options, "include_usage": True}
+    return upstream, asked
+
+
+def _choice_for_client(choice: dict[str, Any], asked: ClientAsked) -> dict[str, Any]:
+    out = dict(choice)
+    if not asked.logprobs and "logprobs" in out:
+        out["logprobs"] = None
+    if not asked.token_ids:
+        for name in _TOKEN_FIELDS:
+            out.pop(name, None)
+    return out
+
+
+def for_client(body: dict[str, Any], asked: ClientAsked) -> dict[str, Any] | None:
+    """The answer (or stream chunk) as the client would have got it; None drops a chunk."""
+    if asked.everything:
+        return body
+    out = dict(body)
+    if not asked.token_ids:
+        out.pop("prompt_token_ids", None)
+    if "choices" in out:
+        out["choices"] = [_choice_for_client(c, asked) for c in out["choices"] or []]
+    if not asked.usage and "usage" in out:
+        if not out.get("choices"):
+            return None
+        out.pop("usage")
+    return out

@@ -1,0 +1,132 @@
+"""Relaying a streamed (SSE) answer chunk by chunk while rebuilding it for the record.
+
+The client gets each chunk as soon as it arrives (minus the proxy's own additions). When the
+upstream finishes, the rebuilt answer is committed and only then is `[DONE]` sent. A stream
+that breaks, times out, carries bad JSON or ends without `[DONE]` is recorded as a fault and
+the client receives an OpenAI-style error event (which the openai SDK raises as an APIError).
+An injected truncation forwards half of the chunks and then closes the stream silently.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
+
+import httpx
+import orjson
+from fastapi.responses import StreamingResponse
+
+from trajforge.proxy.capture import StreamAssembly, Tokens, tokens_of
+from trajforge.proxy.record import UpstreamFault
+from trajforge.proxy.shaping import ClientAsked, for_client
+from trajforge.proxy.upstream import UpstreamError, observed, transport_error
+
+if TYPE_CHECKING:
+    from trajforge.proxy.app import CallContext, RecordingProxy
+
+DONE = b"data: [DONE]\n\n"
+
+
+def _event(data: dict) -> bytes:
+    return b"data: " + orjson.dumps(data) + b"\n\n"
+
+
+async def _chunks(response: httpx.Response, timeout_s: float) -> AsyncIterator[dict]:
+    """Decoded chunks until `[DONE]`; raises `UpstreamError` on any kind of broken stream."""
+    try:
+        async for line in response.aiter_lines():
+            if not line.startswith("data:"):
+                continue
+            data = line[5:].strip()
+            if data == "[DONE]":
+                return
+            try:
+                chunk = orjson.loads(data)
+            except orjson.JSONDecodeError:
+                raise observed(
+                    502, "upstream_malformed", f"bad stream chunk: {data[:200]!r}"
+                ) from None
+            if isinstance(chunk, dict) and "error" in chunk:
+                raise observed(502, "upstream_5xx", f"upstream stream error: {chunk['error']}")
+            yield chunk
+    except httpx.HTTPError as exc:
+        raise transport_error(exc, timeout_s) from exc
+    raise observed(502, "upstream_truncated", "upstream stream ended without [DONE]")
+
+
+class StreamRelay:
+    """One streamed call: forwards chunks, rebuilds the answer, records it."""
+
+    def __init__(
+        self,
+        proxy: RecordingProxy,
+        context: CallContext,
+        response: httpx.Response,
+        asked: ClientAsked,
+        truncate: bool,
+    ) -> None:
+        self.proxy = proxy
+        self.context = context
+        self.response = response
+        self.asked = asked
+        self.truncate = truncate
+        self.assembly = StreamAssembly()
+        self.finished = False
+
+    async def events(self) -> AsyncIterator[bytes]:
+        try:
+            async for event in self._forward():
+                yield event
+        finally:
+            if not self.finished:  # the client went away mid-stream
+                self.finished = True
+                call = self.proxy.captured(self.context, 499, *self._answer(), "client left")
+                self.proxy.recorder.submit(call)
+            await self.response.aclose()
+
+    async def _forward(self) -> AsyncIterator[bytes]:
+        held: list[bytes] = []
+        try:
+            async for chunk in _chunks(self.response, self.proxy.config.timeout_s):
+                self.assembly.add(chunk)
+                shown = for_client(chunk, self.asked)
+                if shown is not None:
+                    held.append(_event(shown))
+                if held and not self.truncate:
+                    yield held.pop()
+        except UpstreamError as error:
+            await self._record(error.status, error.message, error.fault)
+            yield _event(error.body)
+            return
+        if self.truncate:
+            detail = "stream cut after half of its chunks"
+            fault = UpstreamFault(kind="upstream_truncated", detail=detail, injected=True)
+            await self._record(200, detail, fault)
+            for event in held[: max(1, len(held) // 2)]:
+                yield event
+            return
+        await self._record(200, None, None)
+        yield DONE
+
+    def _answer(self) -> tuple[dict | None, Tokens | None]:
+        chat = self.context.endpoint == "chat/completions"
+        body = self.assembly.body(chat) if self.assembly.base else None
+        return body, (tokens_of(body) if body else None)
+
+    async def _record(self, status: int, error: str | None, fault: UpstreamFault | None) -> None:
+        self.finished = True
+        body, tokens = self._answer()
+        await self.proxy.record(
+            self.context, status, response=body, error=error, fault=fault, tokens=tokens
+        )
+
+
+def relay_stream(
+    proxy: RecordingProxy,
+    context: CallContext,
+    response: httpx.Response,
+    asked: ClientAsked,
+    truncate: bool,
+) -> StreamingResponse:
+    relay = StreamRelay(proxy, context, response, asked, truncate)
+    return StreamingResponse(relay.events(), media_type="text/event-stream")
