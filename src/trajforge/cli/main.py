@@ -7,6 +7,7 @@ import typer
 from trajforge.cli import browse, importing, report
 from trajforge.cli import diagnose as diagnose_cli
 from trajforge.cli import proxy as proxy_cli
+from trajforge.cli import rollout as rollout_cli
 from trajforge.cli.common import guarded
 
 app = typer.Typer(
@@ -26,6 +27,7 @@ app.command("schema")(guarded(report.schema_command))
 app.command("mock-server")(guarded(proxy_cli.mock_server_command))
 app.command("proxy")(guarded(proxy_cli.proxy_command))
 app.add_typer(diagnose_cli.app, name="diagnose")
+app.command("rollout")(guarded(rollout_cli.rollout_command))
 
 
 if __name__ == "__main__":

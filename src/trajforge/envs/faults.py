@@ -94,16 +94,17 @@ def parse_fault_spec(texts: str | list[str] | None) -> FaultSpec:
 
 def _add_token(rules: list[FaultRule], token: str, text: str) -> None:
     match = _RULE.match(token)
-    kind = match.group("kind") if match else None
+    if match is None:
+        raise UserError(f"malformed fault rule '{token}' in '{text}'; {SPEC_HELP}")
+    kind = match.group("kind")
     if kind in FAULT_KINDS:
         rules.append(_rule(kind, match.group("rate"), match.group("tool"), text))
         return
-    if match and match.group("rate") is None and match.group("tool") is None:
-        if rules and rules[-1].tools:  # `persistent@a,b`: b continues the tool list
-            rules[-1].tools.append(token)
-            return
-        raise UserError(f"unknown fault kind '{token}' in '{text}'; {SPEC_HELP}")
-    raise UserError(f"malformed fault rule '{token}' in '{text}'; {SPEC_HELP}")
+    bare = match.group("rate") is None and match.group("tool") is None
+    if bare and rules and rules[-1].tools:  # `persistent@a,b`: b continues the tool list
+        rules[-1].tools.append(token)
+        return
+    raise UserError(f"unknown fault kind '{kind}' in '{text}'; {SPEC_HELP}")
 
 
 def _rule(kind: str, rate: str | None, tool: str | None, text: str) -> FaultRule:

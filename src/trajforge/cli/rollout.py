@@ -1,0 +1,186 @@
+"""`trajforge rollout`, `trajforge robustness` and `trajforge rft`: batches of episodes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich import progress as rich_progress
+from rich.table import Table
+
+from trajforge.cli.common import DbOption, JsonOption, console, err_console, open_store, print_json
+from trajforge.envs.faults import parse_fault_spec
+from trajforge.rollout.backends import BACKENDS
+from trajforge.rollout.episode import Limits
+from trajforge.rollout.factory import PolicyOptions, make_env
+from trajforge.rollout.runner import BatchSummary, Progress, RolloutConfig, run_batch
+from trajforge.rollout.tasks import select_tasks
+from trajforge.schema import Trajectory
+
+EnvArg = Annotated[str, typer.Option("--env", help="Environment name (household, swe, tau-...).")]
+TasksArg = Annotated[
+    str, typer.Option("--tasks", help="N (first N tasks), A-B (a range) or a JSON/JSONL file.")
+]
+PolicyArg = Annotated[
+    str, typer.Option("--policy", help="expert, noisy-expert, llm, replay, or module:Class.")
+]
+SamplesArg = Annotated[int, typer.Option("--n", min=1, help="Samples per task.")]
+FaultsArg = Annotated[
+    list[str] | None,
+    typer.Option("--faults", help="KIND[:RATE][@TOOL,...]; repeat or join with commas."),
+]
+ConcurrencyArg = Annotated[int, typer.Option("--concurrency", min=1, help="Parallel episodes.")]
+BackendArg = Annotated[str, typer.Option("--backend", help="local or ray.")]
+SeedArg = Annotated[int, typer.Option("--seed", help="Batch seed (policies and faults).")]
+MaxStepsArg = Annotated[int, typer.Option("--max-steps", help="Assistant steps per episode.")]
+MaxTokensArg = Annotated[int | None, typer.Option("--max-tokens", help="Model tokens at most.")]
+MaxWallArg = Annotated[float | None, typer.Option("--max-wall", help="Seconds per episode.")]
+BaseUrlArg = Annotated[
+    str | None, typer.Option("--base-url", envvar="TRAJFORGE_BASE_URL", help="llm: endpoint URL.")
+]
+LlmModelArg = Annotated[
+    str | None, typer.Option("--llm-model", envvar="TRAJFORGE_MODEL", help="llm: model name.")
+]
+ApiKeyArg = Annotated[
+    str | None, typer.Option("--api-key", envvar="TRAJFORGE_API_KEY", help="llm: API key.")
+]
+TemperatureArg = Annotated[float, typer.Option("--temperature", help="llm: temperature.")]
+ErrorRateArg = Annotated[float, typer.Option("--error-rate", help="noisy-expert: error rate.")]
+RunArg = Annotated[str | None, typer.Option("--run", help="Run name stored with each episode.")]
+
+
+class LiveProgress(Progress):
+    """A rich progress bar: done, running, success rate, tokens."""
+
+    def __init__(self, title: str) -> None:
+        self.bar = rich_progress.Progress(
+            rich_progress.TextColumn("[bold]{task.description}"),
+            rich_progress.BarColumn(),
+            rich_progress.MofNCompleteColumn(),
+            rich_progress.TextColumn(
+                "running {task.fields[running]} · success {task.fields[rate]} · "
+                "tokens {task.fields[tokens]}"
+            ),
+            rich_progress.TimeElapsedColumn(),
+            console=err_console,
+        )
+        self.title = title
+        self.task_id = None
+        self.finished = self.successes = self.tokens = 0
+
+    def __enter__(self) -> LiveProgress:
+        self.bar.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.bar.stop()
+
+    def start(self, total: int, skipped: int) -> None:
+        title = self.title + (f" ({skipped} done before)" if skipped else "")
+        self.task_id = self.bar.add_task(
+            title, total=total, completed=skipped, running=0, rate="-", tokens=0
+        )
+
+    def running(self, count: int) -> None:
+        self.bar.update(self.task_id, running=count)
+
+    def done(self, traj: Trajectory) -> None:
+        self.finished += 1
+        self.successes += bool(traj.outcome.success)
+        self.tokens += traj.usage.total_tokens or 0
+        rate = f"{self.successes / self.finished:.0%}"
+        self.bar.update(self.task_id, advance=1, rate=rate, tokens=self.tokens)
+
+
+def build_config(
+    env: str,
+    tasks: str,
+    policy: str,
+    n: int,
+    faults: list[str] | None,
+    seed: int,
+    limits: Limits,
+    options: PolicyOptions,
+    run: str | None = None,
+) -> RolloutConfig:
+    """Validate the options (faults first: they fail fastest) and select the tasks."""
+    parse_fault_spec(faults or [])
+    selected = select_tasks(make_env(env), tasks)
+    return RolloutConfig(
+        env=env,
+        tasks=selected,
+        policy=policy,
+        options=options,
+        n=n,
+        faults=faults or [],
+        seed=seed,
+        limits=limits,
+        run=run,
+    )
+
+
+def execute(
+    config: RolloutConfig, db: Path | None, backend: str, concurrency: int, show: bool
+) -> tuple[BatchSummary, list[Trajectory]]:
+    """Run a batch into the store, with a live bar when `show`."""
+    run_on = BACKENDS.get(backend)
+    with open_store(db, must_exist=False) as store:
+        if not show:
+            return run_batch(config, store, run_on, concurrency)
+        title = f"{config.env} · {config.policy}" + (
+            f" · {','.join(config.faults)}" if config.faults else ""
+        )
+        with LiveProgress(title) as live:
+            return run_batch(config, store, run_on, concurrency, live)
+
+
+def rollout_command(
+    env: EnvArg,
+    tasks: TasksArg = "10",
+    policy: PolicyArg = "expert",
+    n: SamplesArg = 1,
+    faults: FaultsArg = None,
+    concurrency: ConcurrencyArg = 1,
+    backend: BackendArg = "local",
+    seed: SeedArg = 0,
+    max_steps: MaxStepsArg = 50,
+    max_tokens: MaxTokensArg = None,
+    max_wall: MaxWallArg = None,
+    base_url: BaseUrlArg = None,
+    llm_model: LlmModelArg = None,
+    api_key: ApiKeyArg = None,
+    temperature: TemperatureArg = 0.0,
+    error_rate: ErrorRateArg = 0.2,
+    run: RunArg = None,
+    db: DbOption = None,
+    json_out: JsonOption = False,
+) -> None:
+    """Run a policy on tasks of an environment (optionally with tool faults) into the store."""
+    limits = Limits(max_steps=max_steps, max_tokens=max_tokens, max_wall_s=max_wall)
+    options = PolicyOptions(
+        error_rate=error_rate,
+        base_url=base_url,
+        model=llm_model,
+        api_key=api_key,
+        temperature=temperature,
+    )
+    config = build_config(env, tasks, policy, n, faults, seed, limits, options, run)
+    summary, _ = execute(config, db, backend, concurrency, show=not json_out)
+    if json_out:
+        print_json(summary.model_dump())
+        return
+    print_summary(summary)
+
+
+def print_summary(summary: BatchSummary) -> None:
+    table = Table(title="rollout")
+    table.add_column("measure")
+    table.add_column("value", justify="right")
+    for key, value in summary.model_dump().items():
+        if key == "success_rate":
+            value = f"{value:.1%}"
+        elif isinstance(value, dict):
+            value = ", ".join(f"{k}={v}" for k, v in value.items()) or "-"
+        table.add_row(key.replace("_", " "), str(value))
+    console.print(table)

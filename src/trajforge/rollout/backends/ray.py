@@ -1,0 +1,62 @@
+"""The Ray backend: episodes as Ray tasks, in chunks to keep scheduling overhead low.
+
+Uses the running Ray session when there is one, else connects to `$RAY_ADDRESS`, else
+starts a local Ray with `concurrency` CPUs. Specs travel as JSON and trajectories come back
+as JSON, so workers need only trajforge installed.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Iterator
+
+from trajforge.errors import UserError
+from trajforge.rollout.runner import EpisodeSpec, Progress, run_episode_spec
+from trajforge.schema import Trajectory
+
+CHUNKS_PER_WORKER = 4
+
+
+def _run_chunk(payloads: list[bytes]) -> list[bytes]:
+    specs = [EpisodeSpec.model_validate_json(p) for p in payloads]
+    return [run_episode_spec(spec).model_dump_json().encode() for spec in specs]
+
+
+def _ray(concurrency: int):
+    try:
+        import ray
+    except ImportError:
+        raise UserError("the ray backend needs Ray: pip install 'trajforge[ray]'") from None
+    if not ray.is_initialized():
+        if os.environ.get("RAY_ADDRESS"):
+            ray.init(address=os.environ["RAY_ADDRESS"], log_to_driver=False)
+        else:
+            ray.init(num_cpus=max(1, concurrency), include_dashboard=False, log_to_driver=False)
+    return ray
+
+
+def chunked(specs: list[EpisodeSpec], concurrency: int) -> list[list[EpisodeSpec]]:
+    """Contiguous chunks, about CHUNKS_PER_WORKER per worker."""
+    size = max(1, math.ceil(len(specs) / (max(1, concurrency) * CHUNKS_PER_WORKER)))
+    return [specs[i : i + size] for i in range(0, len(specs), size)]
+
+
+def run_ray(specs: list[EpisodeSpec], concurrency: int, progress: Progress) -> Iterator[Trajectory]:
+    """Keep `concurrency` chunks in flight; yield trajectories as chunks finish."""
+    if not specs:
+        return
+    ray = _ray(concurrency)
+    remote = ray.remote(num_cpus=1)(_run_chunk)
+    pending = list(reversed(chunked(specs, concurrency)))
+    active: dict = {}
+    while pending or active:
+        while pending and len(active) < max(1, concurrency):
+            chunk = pending.pop()
+            active[remote.remote([s.model_dump_json().encode() for s in chunk])] = len(chunk)
+        progress.running(sum(active.values()))
+        ready, _ = ray.wait(list(active), num_returns=1)
+        for ref in ready:
+            active.pop(ref)
+            for payload in ray.get(ref):
+                yield Trajectory.model_validate_json(payload)

@@ -1,0 +1,232 @@
+"""The batch runner: environment × tasks × policy × samples × faults, into the store.
+
+Each episode is described by an `EpisodeSpec` (plain data) and identified by its episode
+key: a hash of environment, task, policy and options, seed, sample index and fault spec,
+kept in `Trajectory.metadata["episode_key"]`. Before running, the runner looks the keys up in
+the store and skips finished episodes, so re-running a command resumes it. An episode that
+crashed (termination reason `error`) is run again and its record replaced.
+
+`run_episode_spec` is the whole life of one episode; backends (`local`, `ray`) only decide
+where it runs. Episodes are seeded from (batch seed, task id, sample index), so the result
+does not depend on the backend or on the order in which episodes finish.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+import traceback
+from collections import Counter
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import orjson
+from pydantic import BaseModel, Field
+
+from trajforge.envs.faults import parse_fault_spec, with_faults
+from trajforge.rollout.episode import Limits, run_episode, start_trajectory
+from trajforge.rollout.factory import PolicyOptions, make_env, make_policy, make_user, needs_user
+from trajforge.schema import Outcome, Source, Task, Trajectory
+from trajforge.store import Store
+
+HARNESS = "trajforge"
+
+
+class EpisodeSpec(BaseModel):
+    """Everything needed to run one episode anywhere."""
+
+    env: str = Field(description="Environment name (or module:Class).")
+    task: Task = Field(description="The task.")
+    policy: str = Field(description="Policy name (or module:Class).")
+    options: PolicyOptions = Field(default_factory=PolicyOptions, description="Policy options.")
+    sample: int = Field(default=0, description="Sample index of this task (0..n-1).")
+    seed: int = Field(default=0, description="Batch seed.")
+    faults: str = Field(default="", description="Canonical fault spec ('' for none).")
+    limits: Limits = Field(default_factory=Limits, description="Step, token and time limits.")
+    run: str | None = Field(default=None, description="Run name recorded in Source.run.")
+
+    def key(self) -> str:
+        """The episode key: equal keys are the same episode."""
+        options = self.options.model_dump(mode="json", exclude={"api_key"})
+        data = [self.env, self.task.id, self.policy, options, self.seed, self.sample, self.faults]
+        return hashlib.sha256(orjson.dumps(data, option=orjson.OPT_SORT_KEYS)).hexdigest()[:24]
+
+    def episode_seed(self) -> int:
+        """The seed of this episode's policy and fault injector."""
+        text = f"{self.seed}/{self.task.id}/{self.sample}".encode()
+        return int.from_bytes(hashlib.sha256(text).digest()[:6], "big")
+
+
+class RolloutConfig(BaseModel):
+    """A batch: which episodes to run and how."""
+
+    env: str = Field(description="Environment name.")
+    tasks: list[Task] = Field(description="The tasks.")
+    policy: str = Field(default="expert", description="Policy name.")
+    options: PolicyOptions = Field(default_factory=PolicyOptions, description="Policy options.")
+    n: int = Field(default=1, ge=1, description="Samples per task.")
+    faults: list[str] = Field(default_factory=list, description="Fault specs (joined).")
+    seed: int = Field(default=0, description="Batch seed.")
+    limits: Limits = Field(default_factory=Limits, description="Episode limits.")
+    run: str | None = Field(default=None, description="Run name.")
+
+    def specs(self) -> list[EpisodeSpec]:
+        faults = parse_fault_spec(self.faults).spec()
+        common = {
+            "env": self.env,
+            "policy": self.policy,
+            "options": self.options,
+            "seed": self.seed,
+            "faults": faults,
+            "limits": self.limits,
+            "run": self.run,
+        }
+        return [
+            EpisodeSpec(task=task, sample=sample, **common)
+            for task in self.tasks
+            for sample in range(self.n)
+        ]
+
+
+def run_episode_spec(spec: EpisodeSpec) -> Trajectory:
+    """Run one episode; never raises for a crash of the policy or environment."""
+    started = time.time()
+    seed = spec.episode_seed()
+    source = Source(harness=HARNESS, model=spec.policy, run=spec.run)
+    env = None
+    try:
+        env = with_faults(make_env(spec.env), parse_fault_spec(spec.faults or None), seed)
+        policy = make_policy(spec.policy, spec.options, seed)
+        traj = start_trajectory(env, spec.task, source)
+        if callable(getattr(env, "bind_conversation", None)):
+            env.bind_conversation(traj.messages)
+        user = make_user(env, spec.task, seed) if needs_user(traj.messages) else None
+        traj.source.model = getattr(policy, "name", spec.policy)
+        traj = run_episode(env, policy, spec.task, user=user, trajectory=traj, limits=spec.limits)
+    except Exception as exc:  # a failed setup still leaves a trajectory saying why
+        traj = _setup_failure(spec, source, exc, time.time() - started)
+    finally:
+        _close(env)
+    _stamp(traj, spec, seed)
+    return traj.with_id()
+
+
+def _setup_failure(spec: EpisodeSpec, source: Source, exc: Exception, wall: float) -> Trajectory:
+    traj = Trajectory(task=spec.task, source=source)
+    traj.metadata["error"] = "".join(traceback.format_exception_only(exc)).strip()
+    traj.metadata["traceback"] = traceback.format_exc(limit=8)
+    traj.outcome = Outcome(success=False, reward=0.0, judged_by="error", termination_reason="error")
+    traj.usage.wall_time_s = round(wall, 4)
+    return traj
+
+
+def _close(env: Any) -> None:
+    close = getattr(env, "close", None)
+    if callable(close):
+        close()
+
+
+def _stamp(traj: Trajectory, spec: EpisodeSpec, seed: int) -> None:
+    traj.task.environment = traj.task.environment or spec.env
+    traj.metadata.update(
+        episode_key=spec.key(),
+        env=spec.env,
+        policy=spec.policy,
+        sample=spec.sample,
+        seed=spec.seed,
+        episode_seed=seed,
+        faults=spec.faults,
+    )
+
+
+class BatchSummary(BaseModel):
+    """What a batch did."""
+
+    episodes: int = Field(description="Episodes in the batch (run now or earlier).")
+    ran: int = Field(description="Episodes run by this call.")
+    skipped: int = Field(description="Finished episodes found in the store and skipped.")
+    successes: int = Field(description="Successful episodes.")
+    success_rate: float = Field(description="successes / episodes.")
+    errors: int = Field(description="Episodes that ended with an error.")
+    faults_injected: int = Field(description="Fault events over all episodes.")
+    faults_by_kind: dict[str, int] = Field(description="Fault events per kind.")
+    tokens: int = Field(description="Model tokens over all episodes.")
+    termination: dict[str, int] = Field(description="Episodes per termination reason.")
+    wall_s: float = Field(description="Seconds this call took.")
+
+
+def summarize(trajs: Iterable[Trajectory], ran: int, skipped: int, wall: float) -> BatchSummary:
+    trajs = list(trajs)
+    kinds = Counter(f.kind for t in trajs for f in t.faults)
+    successes = sum(1 for t in trajs if t.outcome.success)
+    return BatchSummary(
+        episodes=len(trajs),
+        ran=ran,
+        skipped=skipped,
+        successes=successes,
+        success_rate=round(successes / len(trajs), 4) if trajs else 0.0,
+        errors=sum(1 for t in trajs if t.outcome.termination_reason == "error"),
+        faults_injected=sum(kinds.values()),
+        faults_by_kind=dict(sorted(kinds.items())),
+        tokens=sum(t.usage.total_tokens or 0 for t in trajs),
+        termination=dict(Counter(t.outcome.termination_reason or "?" for t in trajs)),
+        wall_s=round(wall, 3),
+    )
+
+
+def stored_episodes(store: Store, env: str) -> dict[str, tuple[str, str | None]]:
+    """Episode key → (trajectory id, termination reason) of this environment's rollouts."""
+    rows = store.db.execute(
+        "SELECT id, json_extract(CAST(doc AS TEXT), '$.metadata.episode_key'), "
+        "json_extract(CAST(doc AS TEXT), '$.outcome.termination_reason') "
+        "FROM trajectories WHERE harness = ? AND json_extract(CAST(doc AS TEXT), "
+        "'$.metadata.env') = ?",
+        (HARNESS, env),
+    )
+    return {key: (traj_id, reason) for traj_id, key, reason in rows if key}
+
+
+class Progress:
+    """Receives the runner's events; the CLI shows them as a live bar."""
+
+    def start(self, total: int, skipped: int) -> None: ...
+
+    def running(self, count: int) -> None: ...
+
+    def done(self, traj: Trajectory) -> None: ...
+
+
+Backend = Callable[[list[EpisodeSpec], int, Progress], Iterable[Trajectory]]
+
+
+def run_batch(
+    config: RolloutConfig,
+    store: Store,
+    backend: Backend,
+    concurrency: int = 1,
+    progress: Progress | None = None,
+) -> tuple[BatchSummary, list[Trajectory]]:
+    """Run the unfinished episodes of `config` on `backend`; store each as it finishes."""
+    started = time.time()
+    progress = progress or Progress()
+    specs = config.specs()
+    stored = stored_episodes(store, config.env)
+    finished = {k: v for k, v in stored.items() if v[1] != "error"}
+    todo = [s for s in specs if s.key() not in finished]
+    progress.start(len(specs), len(specs) - len(todo))
+    fresh: list[Trajectory] = []
+    for traj in backend(todo, concurrency, progress):
+        _save(store, traj, stored.get(traj.metadata["episode_key"]))
+        fresh.append(traj)
+        progress.done(traj)
+    earlier = [store.get(finished[s.key()][0]) for s in specs if s.key() in finished]
+    trajs = earlier + fresh
+    summary = summarize(trajs, ran=len(fresh), skipped=len(earlier), wall=time.time() - started)
+    return summary, trajs
+
+
+def _save(store: Store, traj: Trajectory, old: tuple[str, str | None] | None) -> None:
+    with store.transaction():
+        if old is not None and old[0] != traj.id:
+            store.delete(old[0])
+        store.add(traj)

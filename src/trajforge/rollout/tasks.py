@@ -1,0 +1,78 @@
+"""Choosing the tasks of a batch: `N` (the first N), `A-B` (a range) or a JSON/JSONL file."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import orjson
+from pydantic import ValidationError
+
+from trajforge.errors import InputError, UserError
+from trajforge.schema import Task
+
+TASKS_HELP = (
+    "--tasks accepts N (the first N tasks of the environment), A-B (tasks A to B, counted "
+    "from 0), or a .json/.jsonl file listing task ids or Task objects"
+)
+
+
+def select_tasks(env: Any, spec: str) -> list[Task]:
+    """The tasks named by `spec` for environment `env`; UserError when there are none."""
+    spec = spec.strip()
+    if re.fullmatch(r"\d+", spec):
+        tasks = _generated(env, int(spec))
+    elif match := re.fullmatch(r"(\d+)-(\d+)", spec):
+        first, last = int(match.group(1)), int(match.group(2))
+        if last < first:
+            raise UserError(f"task range '{spec}' ends before it starts; {TASKS_HELP}")
+        tasks = _generated(env, last + 1)[first : last + 1]
+    elif Path(spec).exists():
+        tasks = _from_file(env, Path(spec))
+    else:
+        raise UserError(f"--tasks '{spec}' is neither a count, a range nor a file; {TASKS_HELP}")
+    if not tasks:
+        raise UserError(f"environment '{env.name}' has no tasks for '{spec}'; {TASKS_HELP}")
+    return [t.model_copy(update={"environment": t.environment or env.name}) for t in tasks]
+
+
+def _generated(env: Any, count: int) -> list[Task]:
+    if not callable(getattr(env, "tasks", None)):
+        raise UserError(f"environment '{env.name}' cannot list its tasks; {TASKS_HELP}")
+    return list(env.tasks(count))[:count]
+
+
+def _from_file(env: Any, path: Path) -> list[Task]:
+    text = path.read_text()
+    try:
+        if path.suffix == ".jsonl":
+            items = [orjson.loads(line) for line in text.splitlines() if line.strip()]
+        else:
+            items = orjson.loads(text)
+    except orjson.JSONDecodeError as exc:
+        raise InputError(str(path), f"not valid JSON: {exc}") from None
+    if not isinstance(items, list):
+        raise InputError(str(path), f"expected a list of task ids or tasks; {TASKS_HELP}")
+    return [_task(env, item, path, index) for index, item in enumerate(items)]
+
+
+def _task(env: Any, item: Any, path: Path, index: int) -> Task:
+    if isinstance(item, dict):
+        try:
+            return Task.model_validate(item)
+        except ValidationError as exc:
+            raise InputError(str(path), f"not a Task: {exc.errors()[0]['msg']}", index) from None
+    if not isinstance(item, str):
+        raise InputError(str(path), "expected a task id (string) or a Task object", index)
+    return task_by_id(env, item, str(path), index)
+
+
+def task_by_id(env: Any, task_id: str, file: str = "--tasks", index: int | None = None) -> Task:
+    """Look a task up by id: the environment's `task_by_id`, else its task list."""
+    if callable(getattr(env, "task_by_id", None)):
+        return env.task_by_id(task_id)
+    known = {t.id: t for t in env.tasks(None)} if callable(getattr(env, "tasks", None)) else {}
+    if task_id not in known:
+        raise InputError(file, f"environment '{env.name}' has no task '{task_id}'", index)
+    return known[task_id]
