@@ -1,0 +1,119 @@
+"""Malformed input names the file, the record and the problem; unknown formats list formats."""
+
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+
+import orjson
+import pytest
+
+from test_import_formats import MINI, SWE_AGENT, TAU2, TAU_AIRLINE, WHO
+from trajforge.errors import InputError, UnknownFormatError
+from trajforge.importers import import_paths
+from trajforge.importers.base import STREAM_THRESHOLD_ENV
+from trajforge.importers.registry import DETECTION_ORDER, importer, require_format
+from trajforge.store import Store
+
+
+def read(fmt: str, path: Path) -> list:
+    return list(importer(fmt).read(path))
+
+
+def truncated(path: Path, tmp_path: Path) -> Path:
+    data = path.read_bytes()
+    out = tmp_path / path.name
+    out.write_bytes(data[: len(data) * 2 // 3])
+    return out
+
+
+@pytest.mark.parametrize(
+    ("fmt", "path"),
+    [
+        ("tau-bench", TAU_AIRLINE),
+        ("tau2-bench", TAU2),
+        ("who-and-when", WHO),
+        ("mini-swe-agent", MINI),
+        ("swe-agent", SWE_AGENT),
+    ],
+)
+def test_truncated_json_names_the_file(fmt: str, path: Path, tmp_path: Path) -> None:
+    bad = truncated(path, tmp_path)
+    with pytest.raises(InputError) as caught:
+        read(fmt, bad)
+    assert str(bad) in str(caught.value) and "malformed JSON" in str(caught.value)
+
+
+def test_truncated_stream_names_the_record(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv(STREAM_THRESHOLD_ENV, "1000")
+    bad = truncated(TAU_AIRLINE, tmp_path)
+    with pytest.raises(InputError, match=r"\[record \d+\]: malformed JSON"):
+        read("tau-bench", bad)
+
+
+def test_truncated_gzip_is_an_input_error(tmp_path: Path) -> None:
+    data = gzip.compress(WHO.read_bytes())
+    bad = tmp_path / "14.json.gz"
+    bad.write_bytes(data[: len(data) // 2])
+    with pytest.raises(InputError, match=r"14\.json\.gz"):
+        read("who-and-when", bad)
+
+
+def write_json(tmp_path: Path, name: str, value: object) -> Path:
+    path = tmp_path / name
+    path.write_bytes(orjson.dumps(value))
+    return path
+
+
+def test_who_and_when_step_outside_history(tmp_path: Path) -> None:
+    record = orjson.loads(WHO.read_bytes()) | {"mistake_step": "99"}
+    bad = write_json(tmp_path, "w.json", record)
+    with pytest.raises(InputError) as caught:
+        read("who-and-when", bad)
+    assert str(caught.value) == (
+        f"{bad} [record $]: mistake_step: 99 is outside history (0..{len(record['history']) - 1})"
+    )
+
+
+def test_tau_bench_bad_message_names_run_and_message(tmp_path: Path) -> None:
+    runs = orjson.loads(TAU_AIRLINE.read_bytes())
+    runs[2]["traj"][3]["role"] = "robot"
+    bad = write_json(tmp_path, "gpt-4o-airline.json", runs)
+    with pytest.raises(InputError, match=r"\[record 2\]: traj\[3\]: role must be one of"):
+        read("tau-bench", bad)
+
+
+def test_tau2_unknown_task_names_the_simulation(tmp_path: Path) -> None:
+    data = orjson.loads(TAU2.read_bytes())
+    data["simulations"][1]["task_id"] = "no-such-task"
+    bad = write_json(tmp_path, TAU2.name, data)
+    with pytest.raises(InputError, match=r"\[record simulations\[1\]\]: task_id 'no-such-task'"):
+        read("tau2-bench", bad)
+
+
+def test_trajforge_jsonl_invalid_field_names_the_line(tmp_path: Path) -> None:
+    good = read("tau-bench", TAU_AIRLINE)[0].model_dump(mode="json")
+    bad_doc = good | {"outcome": {"success": "maybe"}}
+    bad = tmp_path / "export.jsonl"
+    bad.write_bytes(orjson.dumps(good) + b"\n" + orjson.dumps(bad_doc) + b"\n")
+    with pytest.raises(InputError, match=r"\[record line 2\]: outcome.success"):
+        read("trajforge", bad)
+
+
+def test_unknown_format_lists_known_formats(tmp_path: Path) -> None:
+    odd = write_json(tmp_path, "odd.json", {"hello": "world"})
+    with pytest.raises(UnknownFormatError) as caught:
+        require_format(odd)
+    message = str(caught.value)
+    assert str(odd) in message and "\n" not in message
+    assert all(name in message for name in DETECTION_ORDER)
+
+
+def test_failed_file_leaves_store_unchanged(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv(STREAM_THRESHOLD_ENV, "1000")  # the first runs parse before the error
+    bad = truncated(TAU_AIRLINE, tmp_path)
+    with Store(tmp_path / "s.db") as store:
+        import_paths(store, [str(WHO)])
+        report = import_paths(store, [str(bad)])
+        assert report.added == 0 and len(report.failed) == 1
+        assert store.count() == 1
