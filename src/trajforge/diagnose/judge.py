@@ -1,0 +1,213 @@
+"""The LLM judge: a chat model localizes and diagnoses the decisive error.
+
+Structured output travels as a function call: the judge offers one tool, `report_diagnosis`,
+whose JSON schema is the answer's shape, so any OpenAI-compatible endpoint with tool calling
+returns parseable arguments. A reply with the JSON in its text (optionally fenced) is accepted
+too.
+
+Modes:
+- `all-at-once`: one call with the whole run; the judge names the decisive step.
+- `step-by-step`: one call per agent step with the run up to it; the first step the judge
+  marks as an error is the decisive one (at most `max_steps` calls).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+import orjson
+from pydantic import BaseModel, Field
+
+from trajforge.diagnose.evidence import speaker
+from trajforge.diagnose.model import Correction, Diagnosis, Evidence
+from trajforge.diagnose.taxonomy import CATEGORIES, taxonomy_text
+from trajforge.generate.views import transcript
+from trajforge.models.base import ChatModel
+from trajforge.schema import Message, ToolCall, Trajectory
+
+REPORT_TOOL = "report_diagnosis"
+_FENCED = re.compile(r"\{.*\}", re.DOTALL)
+
+
+class JudgeConfig(BaseModel):
+    """How the judge reads a run."""
+
+    mode: Literal["all-at-once", "step-by-step"] = Field(
+        default="all-at-once", description="One call for the whole run, or one per agent step."
+    )
+    max_chars: int = Field(default=3000, description="Longer messages are shortened.")
+    max_steps: int = Field(default=40, description="Step-by-step: at most this many calls.")
+
+
+def report_tool() -> dict[str, Any]:
+    """The function schema the judge answers through."""
+    evidence = {
+        "type": "object",
+        "properties": {
+            "message_index": {"type": "integer"},
+            "quote": {"type": "string", "description": "A short exact excerpt."},
+            "note": {"type": "string"},
+        },
+        "required": ["message_index"],
+    }
+    correction = {
+        "type": "object",
+        "properties": {
+            "tool": {"type": "string", "description": "Tool to call instead (if a call)."},
+            "arguments": {"type": "object"},
+            "message": {"type": "string", "description": "Message to send instead."},
+        },
+    }
+    properties = {
+        "error": {"type": "boolean", "description": "Step-by-step: is this step the error?"},
+        "step": {"type": "integer", "description": "Message index of the decisive error."},
+        "category": {"type": "string", "enum": list(CATEGORIES)},
+        "explanation": {"type": "string", "description": "Cite messages as [index]."},
+        "evidence": {"type": "array", "items": evidence},
+        "correction": correction,
+    }
+    return {
+        "type": "function",
+        "function": {
+            "name": REPORT_TOOL,
+            "description": "Report the decisive error of the run.",
+            "parameters": {"type": "object", "properties": properties, "required": ["step"]},
+        },
+    }
+
+
+SYSTEM = (
+    "You find the decisive error in a failed run of a tool-using agent: the first agent "
+    "message after which the task could no longer succeed (or, if every step was fine, the "
+    "agent's last message, where it stopped with work missing). Answer by calling "
+    f"{REPORT_TOOL}. Categories:\n{taxonomy_text()}"
+)
+
+
+def parse_report(reply: Message) -> dict[str, Any] | None:
+    """The judge's answer as a dict, from the report call or JSON text; None if absent."""
+    for call in reply.tool_calls or []:
+        if call.name == REPORT_TOOL:
+            try:
+                return call.parsed_arguments()
+            except ValueError:
+                return None
+    match = _FENCED.search(reply.text())
+    if not match:
+        return None
+    try:
+        value = orjson.loads(match.group(0))
+    except orjson.JSONDecodeError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+class LLMJudge:
+    """Localize and diagnose with a chat model (see module docstring)."""
+
+    name = "llm"
+
+    def __init__(
+        self,
+        model: ChatModel | None = None,
+        mode: str = "all-at-once",
+        config: JudgeConfig | None = None,
+    ) -> None:
+        if model is None:
+            from trajforge.models.openai_compat import OpenAICompatibleModel
+
+            model = OpenAICompatibleModel()
+        self.model = model
+        self.config = config or JudgeConfig(mode=mode)  # type: ignore[arg-type]
+
+    def check(self, traj: Trajectory) -> None:
+        return None
+
+    def localize(self, traj: Trajectory) -> Diagnosis | None:
+        if self.config.mode == "step-by-step":
+            return self._step_by_step(traj)
+        report = self._ask(traj, len(traj.messages), "Which message is the decisive error?")
+        return to_diagnosis(traj, report, self.model.name)
+
+    def _step_by_step(self, traj: Trajectory) -> Diagnosis | None:
+        steps = [i for i, m in enumerate(traj.messages) if m.role == "assistant"]
+        for index in steps[: self.config.max_steps]:
+            question = (
+                f"Is message {index} (the last one) the decisive error? Set error=true and "
+                f"step={index} if it is, error=false otherwise."
+            )
+            report = self._ask(traj, index + 1, question)
+            if report and report.get("error") is True:
+                report["step"] = index
+                return to_diagnosis(traj, report, self.model.name)
+        return None
+
+    def _ask(self, traj: Trajectory, upto: int, question: str) -> dict[str, Any] | None:
+        prompt = (
+            f"Task: {traj.task.instruction or traj.task.id}\n\nRun:\n"
+            f"{transcript(traj.messages[:upto], self.config.max_chars)}\n\n"
+            f"The run failed. {question}"
+        )
+        messages = [Message(role="system", content=SYSTEM), Message(role="user", content=prompt)]
+        reply = self.model.complete(messages, [report_tool()])
+        return parse_report(reply.message)
+
+
+def to_diagnosis(traj: Trajectory, report: dict[str, Any] | None, judge: str) -> Diagnosis:
+    """A diagnosis from the judge's answer; an unusable answer gives step None and why."""
+    step = report.get("step") if report else None
+    if not isinstance(step, int) or not 0 <= step < len(traj.messages):
+        why = "no structured answer" if report is None else f"step {step!r} is not in the run"
+        return Diagnosis(
+            trajectory_id=traj.id,
+            method="llm",
+            step=None,
+            explanation=f"judge {judge}: {why}",
+            details={"judge": judge, "report": report},
+        )
+    category = report.get("category")
+    return Diagnosis(
+        trajectory_id=traj.id,
+        method="llm",
+        step=step,
+        agent=speaker(traj.messages[step]),
+        category=category if category in CATEGORIES else None,
+        explanation=str(report.get("explanation") or ""),
+        evidence=_evidence(report.get("evidence")),
+        correction=_correction(report.get("correction")),
+        omission=step == max(traj.assistant_indices(), default=-1) and not _acts(traj, step),
+        details={"judge": judge},
+    )
+
+
+def _acts(traj: Trajectory, step: int) -> bool:
+    return bool(traj.messages[step].tool_calls)
+
+
+def _evidence(raw: Any) -> list[Evidence]:
+    items = []
+    for entry in raw if isinstance(raw, list) else []:
+        if isinstance(entry, dict) and isinstance(entry.get("message_index"), int):
+            items.append(
+                Evidence(
+                    message_index=entry["message_index"],
+                    quote=str(entry.get("quote") or ""),
+                    note=str(entry.get("note") or ""),
+                )
+            )
+    return items
+
+
+def _correction(raw: Any) -> Correction | None:
+    if not isinstance(raw, dict):
+        return None
+    if isinstance(raw.get("tool"), str) and raw["tool"]:
+        arguments = raw.get("arguments") if isinstance(raw.get("arguments"), dict) else {}
+        call = ToolCall(
+            id="correction", name=raw["tool"], arguments=orjson.dumps(arguments).decode()
+        )
+        return Correction(tool_call=call, source="llm")
+    if isinstance(raw.get("message"), str) and raw["message"]:
+        return Correction(message=raw["message"], source="llm")
+    return None

@@ -1,0 +1,72 @@
+"""Evidence heuristics on real runs: tau-bench (gold actions recorded) and Who&When."""
+
+from __future__ import annotations
+
+from trajforge.diagnose.eval import evaluate
+from trajforge.diagnose.heuristics import localize_heuristic
+from trajforge.diagnose.heuristics.tool_log import localize_tool_log
+from trajforge.diagnose.localize import HeuristicLocalizer
+from trajforge.diagnose.run import diagnose_runs
+from trajforge.schema import Trajectory
+
+from .conftest import pick
+
+
+def test_wrong_write_found_by_gold_diff(airline_runs: list[Trajectory]) -> None:
+    """Airline task 0, trial 0 (gpt-4o), read by hand.
+
+    The user wants one-way JFK->SEA in economy, pays with certificate then card, and says
+    nothing about checked bags; the gold booking has nonfree_baggages 0. At message 20 the
+    agent books with nonfree_baggages 1: the call fails (price mismatch), so the state is
+    unchanged. At message 28 it books again with nonfree_baggages 1 and the booking
+    succeeds: from then on the database cannot equal the gold one. Decisive step: 28.
+    """
+    traj = pick(airline_runs, "0")
+    diagnosis = localize_heuristic(traj)
+    assert diagnosis is not None
+    assert diagnosis.step == 28
+    assert diagnosis.category == "tool_misuse"
+    assert "nonfree_baggages" in diagnosis.explanation
+    assert diagnosis.correction is not None and diagnosis.correction.tool_call is not None
+    assert '"nonfree_baggages":0' in diagnosis.correction.tool_call.arguments
+    assert {e.message_index for e in diagnosis.evidence} >= {28, 29}
+
+
+def test_every_tau_failure_gets_a_step(
+    airline_runs: list[Trajectory], retail_runs: list[Trajectory]
+) -> None:
+    runs = [t for t in airline_runs + retail_runs if not t.success]
+    assert len(runs) == 143
+    diagnoses = diagnose_runs(runs, HeuristicLocalizer())
+    assert all(d.step is not None for d in diagnoses)
+    for traj, diagnosis in zip(runs, diagnoses, strict=True):
+        assert traj.messages[diagnosis.step].role == "assistant"
+
+
+def test_tool_log_detectors_without_gold(airline_runs: list[Trajectory]) -> None:
+    """Without gold actions the same run shows no ignored error (the agent recomputed after
+    the failed booking) and both bookings were confirmed, so the end is blamed; once the
+    user's confirmation before message 28 is removed, that write is a policy violation."""
+    traj = pick(airline_runs, "0")
+    traj.task.gold = None
+    ending = localize_tool_log(traj)
+    assert ending is not None
+    assert (ending.step, ending.omission, ending.details["detector"]) == (30, True, "last-step")
+    traj.messages[27].content = "Hmm, and what about my bags?"
+    violation = localize_tool_log(traj)
+    assert violation is not None
+    assert (violation.step, violation.category) == (28, "policy_violation")
+
+
+def test_who_and_when_heuristics_beat_constant_baselines(
+    who_and_when_runs: list[Trajectory],
+) -> None:
+    runs = who_and_when_runs
+    assert len(runs) == 126
+    diagnoses = diagnose_runs(runs, HeuristicLocalizer())
+    report = evaluate("heuristic", list(zip(runs, diagnoses, strict=True)))
+    assert report.runs == 126
+    assert report.exact > report.baseline_exact
+    assert report.within3 >= report.baseline_within3
+    assert report.agent > report.baseline_agent
+    assert all(not d.verified for d in diagnoses)  # free-text fixes cannot be verified

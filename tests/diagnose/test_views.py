@@ -1,0 +1,66 @@
+"""Training views: chat JSONL that the `datasets` library loads; verified items by default."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import datasets
+import orjson
+
+from trajforge.diagnose.heuristics import localize_heuristic
+from trajforge.diagnose.model import Verification
+from trajforge.generate.views import write_views
+from trajforge.schema import Trajectory
+
+from .conftest import pick
+
+
+def _pairs(airline_runs: list[Trajectory], who_and_when_runs: list[Trajectory]) -> list:
+    pairs = []
+    for traj in [pick(airline_runs, "0"), pick(airline_runs, "1"), *who_and_when_runs[:3]]:
+        diagnosis = localize_heuristic(traj)
+        assert diagnosis is not None
+        diagnosis.with_id()
+        diagnosis.verification = Verification(method="evidence", verified=False)
+        pairs.append((traj, diagnosis))
+    pairs[0][1].verification = Verification(method="fork", verified=True, detail="test")
+    return pairs
+
+
+def _load(path: Path) -> datasets.Dataset:
+    return datasets.load_dataset("json", data_files=str(path), split="train")
+
+
+def test_views_load_and_hold_only_verified_items(
+    tmp_path: Path, airline_runs: list[Trajectory], who_and_when_runs: list[Trajectory]
+) -> None:
+    pairs = _pairs(airline_runs, who_and_when_runs)
+    card = write_views(pairs, tmp_path)
+    diagnosis_view = _load(tmp_path / "diagnosis.jsonl")
+    recovery_view = _load(tmp_path / "recovery.jsonl")
+    assert len(diagnosis_view) == len(recovery_view) == 1
+    assert diagnosis_view[0]["verified"] is True
+    assert diagnosis_view[0]["trajectory_id"] == pairs[0][0].id
+    target = orjson.loads(diagnosis_view[0]["messages"][-1]["content"])
+    assert target["step"] == 28 and target["category"] == "tool_misuse"
+    recovery = recovery_view[0]["messages"]
+    assert len(recovery) == 28 + 2  # messages 0..27, the feedback, the corrected action
+    assert recovery[-2]["role"] == "system" and "Feedback" in recovery[-2]["content"]
+    call = recovery[-1]["tool_calls"][0]["function"]
+    assert call["name"] == "book_reservation" and '"nonfree_baggages":0' in call["arguments"]
+    assert card["verified_runs"] == 1 and card["by_category"] == {"tool_misuse": 1}
+    assert (tmp_path / "dataset_card.md").read_text().startswith("# trajforge")
+
+
+def test_all_items_on_request(
+    tmp_path: Path, airline_runs: list[Trajectory], who_and_when_runs: list[Trajectory]
+) -> None:
+    from trajforge.generate.views import ViewsConfig
+
+    pairs = _pairs(airline_runs, who_and_when_runs)
+    card = write_views(pairs, tmp_path, ViewsConfig(verified_only=False))
+    assert card["diagnosis_items"] == 5
+    assert card["by_environment"] == {"who-and-when": 3, "tau-airline": 2}
+    view = _load(tmp_path / "diagnosis.jsonl")
+    assert sorted(set(view["verified"])) == [False, True]
+    assert set(view["harness"]) == {"tau-bench", "captain-agent"}
