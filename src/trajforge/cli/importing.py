@@ -86,15 +86,17 @@ def print_import_report(report: ImportReport, out: Console = console) -> None:
         f"imported [bold green]{report.added}[/] trajectories from {len(report.files)} files "
         f"({', '.join(f'{n} {name}' for name, n in formats.items()) or 'none'}); "
         f"skipped [bold]{report.duplicates}[/] as duplicates; "
-        f"{len(report.sidecars)} companion files consumed"
+        f"{len(report.sidecars)} companion files consumed",
+        soft_wrap=True,
     )
     if report.not_trajectories:
         count = len(report.not_trajectories)
         out.print(
             f"skipped {count} {'file' if count == 1 else 'files'} that are not trajectories "
-            "(--json lists them):"
+            "(--json lists them):",
+            soft_wrap=True,
         )
         for folder, count in by_folder(report.not_trajectories):
-            out.print(f"  {folder}/ ({count})", markup=False, highlight=False)
+            out.print(f"  {folder}/ ({count})", markup=False, highlight=False, soft_wrap=True)
     for failed in report.failed:
         err_console.print(f"error: {failed.error}", markup=False, highlight=False, soft_wrap=True)

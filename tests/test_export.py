@@ -1,0 +1,61 @@
+"""JSONL export round-trips exactly; Parquet export is readable by pyarrow."""
+
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from trajforge.demo import sample_dir
+from trajforge.export import export
+from trajforge.importers import import_paths
+from trajforge.store import Store
+
+SWE_AGENT_DIR = Path(__file__).parent / "data" / "swe-agent"
+
+
+@pytest.fixture
+def sample_store(tmp_path: Path) -> Store:
+    with Store(tmp_path / "sample.db") as store:
+        report = import_paths(store, [str(sample_dir()), str(SWE_AGENT_DIR)])
+        assert report.failed == [] and store.count() == 35
+        yield store
+
+
+def dumps(store: Store) -> list[dict]:
+    return sorted((t.model_dump() for t in store.query()), key=lambda d: d["id"])
+
+
+@pytest.mark.parametrize("name", ["all.jsonl", "all.jsonl.gz"])
+def test_jsonl_export_reimports_identically(sample_store: Store, tmp_path: Path, name: str) -> None:
+    out = tmp_path / name
+    plain = tmp_path / "plain.jsonl"
+    assert export("jsonl", sample_store.query(), plain) == 35
+    if name.endswith(".gz"):
+        out.write_bytes(gzip.compress(plain.read_bytes()))
+    else:
+        plain.rename(out)
+    with Store(tmp_path / "again.db") as again:
+        report = import_paths(again, [str(out)])
+        assert report.files[0].format == "trajforge" and report.added == 35
+        assert dumps(again) == dumps(sample_store)
+        assert import_paths(again, [str(out)]).added == 0
+
+
+def test_parquet_export_readable(sample_store: Store, tmp_path: Path) -> None:
+    out = tmp_path / "all.parquet"
+    assert export("parquet", sample_store.query(), out) == 35
+    table = pq.read_table(out)
+    assert table.num_rows == 35
+    rows = {r["id"]: r for r in table.to_pylist()}
+    for traj in sample_store.query():
+        row = rows[traj.id]
+        assert (row["harness"], row["task_id"], row["success"]) == (
+            traj.source.harness,
+            traj.task.id,
+            traj.outcome.success,
+        )
+        assert row["n_messages"] == len(traj.messages)
+        assert row["n_labels"] == len(traj.labels)
