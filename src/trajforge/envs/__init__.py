@@ -8,6 +8,9 @@ from trajforge.envs.base import Environment, Oracle, StepResult, TaskSet
 from trajforge.registry import Registry
 
 ENVIRONMENTS: Registry[type] = Registry("environment")
+ENVIRONMENTS.register("tau-retail", "trajforge.envs.tau.domains:TauRetailEnv")
+ENVIRONMENTS.register("tau-airline", "trajforge.envs.tau.domains:TauAirlineEnv")
 ENVIRONMENTS.register("household", "trajforge.envs.household:HouseholdEnv")
+ENVIRONMENTS.register("swe", "trajforge.envs.swe:SweEnv")
 
 __all__ = ["ENVIRONMENTS", "Environment", "Oracle", "StepResult", "TaskSet"]
