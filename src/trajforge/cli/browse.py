@@ -21,7 +21,8 @@ from trajforge.cli.common import (
     open_store,
     print_json,
 )
-from trajforge.cli.render import render_trajectory
+from trajforge.cli.render import render_diagnoses, render_trajectory
+from trajforge.diagnose.storage import load_diagnoses
 from trajforge.store import TrajectoryRow
 
 
@@ -91,7 +92,9 @@ def show_command(
     """Show one trajectory: messages, tool calls, labels, faults and outcome."""
     with open_store(db) as store:
         traj = store.get(traj_id)
+        diagnoses = load_diagnoses(store, [traj.id])
     if json_out:
         print_json(traj.model_dump(mode="json"))
         return
     render_trajectory(console, traj, full=full)
+    render_diagnoses(console, diagnoses)

@@ -71,3 +71,23 @@ def _shorten(text: str, limit: int, full: bool) -> str:
         return text
     hidden = f"… [{len(text) - limit} characters hidden; --full shows all] …"
     return f"{text[: limit // 2]}\n{hidden}\n{text[-limit // 2 :]}"
+
+
+def render_diagnoses(console: Console, diagnoses: list) -> None:
+    """Stored AET diagnoses of the run (see `trajforge diagnose`)."""
+    for d in diagnoses:
+        omission = " (omission)" if d.omission else ""
+        parts = [
+            Text(f"step {d.step}{omission} · agent {d.agent} · category {d.category}", "bold"),
+            Text(d.explanation),
+        ]
+        if d.correction is not None:
+            fix = d.correction.tool_call
+            text = f"{fix.name}({fix.arguments})" if fix else str(d.correction.message)
+            parts.append(Text(f"correction: {text}"))
+        if d.verification is not None:
+            verdict = d.verification
+            style = "green" if verdict.verified else "red"
+            state = "verified" if verdict.verified else "not verified"
+            parts.append(Text(f"{state} by {verdict.method}: {verdict.detail}", style))
+        console.print(Panel(Group(*parts), title=f"diagnosis ({d.method})", border_style="red"))
