@@ -8,6 +8,8 @@ from trajforge.registry import Registry
 POLICIES: Registry[type] = Registry("policy")
 POLICIES.register("expert", "trajforge.agents.expert:ExpertPolicy")
 POLICIES.register("noisy-expert", "trajforge.agents.expert:NoisyExpertPolicy")
+POLICIES.register("replay", "trajforge.agents.replay:ReplayPolicy")
+POLICIES.register("llm", "trajforge.agents.llm:LLMPolicy")
 
 __all__ = [
     "POLICIES",

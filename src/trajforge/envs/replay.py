@@ -1,0 +1,135 @@
+"""Rebuild an environment's state at any message index of a recorded run.
+
+A deterministic environment reaches the state after the first `n` messages of a
+trajectory by re-executing the tool calls those messages answer. `replay_to` does that;
+`replay_run` also compares every re-executed call with the recorded tool output and the
+final judgement with the recorded reward (the replay fidelity report).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from trajforge.envs import ENVIRONMENTS
+from trajforge.envs.base import Environment
+from trajforge.errors import UserError
+from trajforge.schema import Message, ToolCall, Trajectory
+
+
+def make_env(trajectory: Trajectory) -> Environment:
+    """A fresh environment for the trajectory's task, or a UserError naming why not."""
+    name = trajectory.task.environment
+    if not name or name not in ENVIRONMENTS.names():
+        known = ", ".join(ENVIRONMENTS.names())
+        raise UserError(
+            f"trajectory {trajectory.id}: environment '{name}' cannot be replayed "
+            f"(replayable environments: {known})"
+        )
+    env_class = ENVIRONMENTS.get(name)
+    for_recording = getattr(env_class, "config_for_recording", None)
+    if for_recording is not None:
+        return env_class(for_recording(trajectory.messages))
+    return env_class()
+
+
+def answered_calls(messages: list[Message], n: int) -> list[tuple[int, ToolCall, Message]]:
+    """(index of the tool message, call, tool message) for calls answered before index `n`."""
+    calls: dict[str, ToolCall] = {}
+    answered = []
+    for index, message in enumerate(messages[:n]):
+        for call in message.tool_calls or []:
+            calls[call.id] = call
+        if message.role == "tool" and message.tool_call_id in calls:
+            answered.append((index, calls.pop(message.tool_call_id), message))
+    return answered
+
+
+def replay_to(env: Environment, trajectory: Trajectory, n: int) -> Any:
+    """Reset `env` to the trajectory's task, re-execute the calls answered in the first `n`
+    messages, and return `env.snapshot()` (the environment stays in that state)."""
+    if not 0 <= n <= len(trajectory.messages):
+        raise UserError(
+            f"trajectory {trajectory.id}: message index {n} is outside "
+            f"0..{len(trajectory.messages)}"
+        )
+    env.reset(trajectory.task)
+    for _, call, _ in answered_calls(trajectory.messages, n):
+        env.step(call)
+    return env.snapshot()
+
+
+class Mismatch(BaseModel):
+    """One replayed call (or outcome) that differs from the recording."""
+
+    trajectory_id: str
+    message_index: int | None = Field(description="Tool message index (None: the outcome).")
+    tool: str | None = None
+    reason: str = Field(description="What differs, with the first differing text.")
+
+
+class RunReplay(BaseModel):
+    """Replay fidelity of one run."""
+
+    trajectory_id: str
+    calls: int
+    exact: int
+    outcome_agree: bool
+    recorded_reward: float | None
+    replayed_reward: float | None
+    mismatches: list[Mismatch]
+
+
+def replay_run(trajectory: Trajectory, env: Environment | None = None) -> RunReplay:
+    """Re-execute every answered call of a run; compare outputs and the final judgement."""
+    env = env or make_env(trajectory)
+    env.reset(trajectory.task)
+    if hasattr(env, "bind_conversation"):
+        env.bind_conversation(trajectory.messages)
+    mismatches = []
+    answered = answered_calls(trajectory.messages, len(trajectory.messages))
+    for index, call, recorded in answered:
+        replayed = env.step(call).content
+        if replayed != recorded.text():
+            reason = describe_difference(recorded.text(), replayed)
+            mismatches.append(
+                Mismatch(
+                    trajectory_id=trajectory.id, message_index=index, tool=call.name, reason=reason
+                )
+            )
+    outcome = env.evaluate()
+    recorded_reward = trajectory.outcome.reward
+    agree = recorded_reward is not None and outcome.reward == recorded_reward
+    if not agree:
+        mismatches.append(
+            Mismatch(
+                trajectory_id=trajectory.id,
+                message_index=None,
+                tool=None,
+                reason=f"outcome: recorded reward {recorded_reward}, replayed {outcome.reward} "
+                f"({outcome.details})",
+            )
+        )
+    return RunReplay(
+        trajectory_id=trajectory.id,
+        calls=len(answered),
+        exact=len(answered) - sum(m.message_index is not None for m in mismatches),
+        outcome_agree=agree,
+        recorded_reward=recorded_reward,
+        replayed_reward=outcome.reward,
+        mismatches=mismatches,
+    )
+
+
+def describe_difference(recorded: str, replayed: str, context: int = 60) -> str:
+    """A one-line description of where two outputs first differ."""
+    at = next(
+        (i for i, (a, b) in enumerate(zip(recorded, replayed, strict=False)) if a != b),
+        min(len(recorded), len(replayed)),
+    )
+    start = max(0, at - 20)
+    return (
+        f"output differs at char {at}: recorded '{recorded[start : at + context]}' "
+        f"vs replayed '{replayed[start : at + context]}'"
+    )

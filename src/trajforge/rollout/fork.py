@@ -1,0 +1,178 @@
+"""Fork a trajectory at any message index and continue it with another policy.
+
+`fork(parent, at, policy)` rebuilds the environment state after the parent's first `at`
+messages (by replaying their tool calls), copies that prefix into a child trajectory and
+lets `policy` continue from the identical state through `run_episode`. The child records
+its parent and fork index (`Trajectory.parent`); labels, faults and LLM calls of the prefix
+are kept. Forks are the building block of counterfactual localization, handoff, step
+values and correction checks: call `fork` directly, or `trajforge fork` on the CLI.
+
+Where the prefix stops matters:
+- after the system prompt only: the user opens the conversation first;
+- after an assistant message with tool calls that the prefix does not answer: those calls
+  are executed first (the child's message `at` is their result);
+- after an assistant message without tool calls: the user replies first.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from trajforge.agents.base import USER_STOP, EpisodeState, Policy, UserSimulator
+from trajforge.envs.base import Environment
+from trajforge.envs.replay import answered_calls, make_env, replay_to
+from trajforge.errors import UserError
+from trajforge.rollout.episode import Limits, run_episode
+from trajforge.schema import ForkParent, Message, Source, Trajectory
+from trajforge.store import Store
+
+
+class ForkOptions(BaseModel):
+    """How a fork runs."""
+
+    limits: Limits = Field(default_factory=Limits, description="Limits of the continuation.")
+    harness: str = Field(default="trajforge-fork", description="Source harness of the child.")
+
+
+def resolve_parent(store_or_parent: Store | Trajectory, parent_id: str | None = None) -> Trajectory:
+    """The parent trajectory: given directly, or looked up in a store by id (or prefix)."""
+    if isinstance(store_or_parent, Trajectory):
+        return store_or_parent
+    if parent_id is None:
+        raise UserError("fork from a store needs the parent trajectory id")
+    return store_or_parent.get(parent_id)
+
+
+def check_fork_index(parent: Trajectory, at: int) -> None:
+    if not 0 <= at <= len(parent.messages):
+        raise UserError(
+            f"fork index {at} is past the end of trajectory {parent.id} "
+            f"({len(parent.messages)} messages; use 0..{len(parent.messages)})"
+        )
+
+
+def fork(
+    store_or_parent: Store | Trajectory,
+    at: int,
+    policy: Policy,
+    *,
+    parent_id: str | None = None,
+    user: UserSimulator | None = None,
+    env: Environment | None = None,
+    options: ForkOptions | None = None,
+) -> Trajectory:
+    """A child trajectory sharing the parent's first `at` messages, continued by `policy`.
+
+    Nothing is stored: the caller decides (`store.add(child)`).
+    """
+    parent = resolve_parent(store_or_parent, parent_id)
+    check_fork_index(parent, at)
+    options = options or ForkOptions()
+    env = env or make_env(parent)
+    replay_to(env, parent, at)
+    child = prefix_child(parent, at, policy, options)
+    if hasattr(env, "bind_conversation"):
+        env.bind_conversation(child.messages)
+    stopped = _prepare_turn(env, child, user)
+    if stopped:
+        return finish_stopped(env, child)
+    return run_episode(
+        env, policy, child.task, user=user, trajectory=child, limits=options.limits
+    ).with_id()
+
+
+def prefix_child(parent: Trajectory, at: int, policy: Policy, options: ForkOptions) -> Trajectory:
+    """The child before it continues: the parent's prefix and what points into it."""
+    return Trajectory(
+        task=parent.task.model_copy(deep=True),
+        source=Source(
+            harness=options.harness,
+            model=getattr(policy, "name", None),
+            run=f"fork:{parent.id}@{at}",
+        ),
+        messages=[m.model_copy(deep=True) for m in parent.messages[:at]],
+        tools=list(parent.tools),
+        llm_calls=[c for c in parent.llm_calls if (c.message_index or 0) < at],
+        faults=[f for f in parent.faults if f.message_index < at],
+        labels=[
+            lb for lb in parent.labels if lb.message_index is not None and lb.message_index < at
+        ],
+        parent=ForkParent(trajectory_id=parent.id, message_index=at),
+        metadata={"fork": {"parent": parent.id, "at": at, "policy": getattr(policy, "name", None)}},
+    )
+
+
+def _prepare_turn(env: Environment, child: Trajectory, user: UserSimulator | None) -> bool:
+    """Bring the child to a point where the policy acts next; True when the user stopped."""
+    if not child.messages:
+        child.messages.extend(env.reset(child.task))
+        _restore_binding(env, child)
+    if not child.tools:
+        child.tools = env.tools
+    last = child.messages[-1]
+    if last.role == "system" and user is not None:
+        child.messages.append(_opening(user, child))
+    elif last.role == "assistant" and last.tool_calls:
+        _answer_pending(env, child)
+    elif last.role == "assistant" and user is not None:
+        reply = user.reply(_state(env, child))
+        child.messages.append(reply)
+        return USER_STOP in reply.text()
+    return False
+
+
+def _restore_binding(env: Environment, child: Trajectory) -> None:
+    if hasattr(env, "bind_conversation"):
+        env.bind_conversation(child.messages)
+
+
+def _opening(user: UserSimulator, child: Trajectory) -> Message:
+    opening = getattr(user, "opening", None)
+    if opening is not None:
+        return opening(child.task)
+    return Message(role="user", content=child.task.instruction or "Hello.")
+
+
+def _answer_pending(env: Environment, child: Trajectory) -> None:
+    """Execute the tool calls of the last message that the prefix leaves unanswered."""
+    answered = {call.id for _, call, _ in answered_calls(child.messages, len(child.messages))}
+    for call in child.messages[-1].tool_calls or []:
+        if call.id in answered:
+            continue
+        result = env.step(call)
+        child.messages.append(
+            Message(role="tool", content=result.content, tool_call_id=call.id, name=call.name)
+        )
+
+
+def _state(env: Environment, child: Trajectory) -> EpisodeState:
+    return EpisodeState(
+        task=child.task,
+        messages=child.messages,
+        tools=child.tools,
+        env=env,
+        step=len(child.assistant_indices()),
+    )
+
+
+def finish_stopped(env: Environment, child: Trajectory) -> Trajectory:
+    """Judge a child whose user ended the conversation before the policy acted."""
+    child.outcome = env.evaluate()
+    child.outcome.termination_reason = "user_stop"
+    return child.with_id()
+
+
+def fork_summary(child: Trajectory) -> dict[str, Any]:
+    """The fields `trajforge fork --json` prints."""
+    return {
+        "id": child.id,
+        "parent": child.parent.trajectory_id if child.parent else None,
+        "at": child.parent.message_index if child.parent else None,
+        "policy": child.source.model,
+        "success": child.outcome.success,
+        "reward": child.outcome.reward,
+        "termination_reason": child.outcome.termination_reason,
+        "n_messages": len(child.messages),
+    }

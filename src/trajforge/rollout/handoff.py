@@ -1,0 +1,194 @@
+"""Checkpoint handoff: a reacher runs to a handoff point, a solver continues from there.
+
+For each task the reacher starts a fresh conversation. Before each of its moves the
+environment oracle is asked for the distance to success; at the first state within `k`
+actions (or after `at` reacher steps, when fixed) the state and history are cloned and
+the solver continues from the identical state in a fresh environment.
+
+- REACH = share of runs that reached a handoff state;
+- SOLVE = success rate of the solver from the reached states;
+- end-to-end = share of all runs that ended in success (solver's result when reached,
+  else the reacher's own).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from pydantic import BaseModel, Field
+
+from trajforge.agents.base import EpisodeState, Policy, PolicyStep, UserSimulator
+from trajforge.envs import ENVIRONMENTS
+from trajforge.envs.base import Environment, Oracle
+from trajforge.errors import EpisodeEnd, UserError
+from trajforge.rollout.episode import Limits, run_episode
+from trajforge.rollout.fork import _prepare_turn
+from trajforge.schema import Source, Task, Trajectory
+
+AgentFactory = Callable[[int], tuple[Policy, UserSimulator]]
+"""Builds a fresh (policy, user) pair for the run with the given index (seeds vary by run)."""
+
+
+class HandoffConfig(BaseModel):
+    """Where the handoff happens."""
+
+    k: int = Field(default=1, ge=0, description="Hand off at the first state within k actions.")
+    at: int | None = Field(
+        default=None, description="Hand off after this many reacher steps instead of by k."
+    )
+    limits: Limits = Field(default_factory=Limits, description="Limits of each episode.")
+
+
+class HandoffRun(BaseModel):
+    """One task: did the reacher reach a handoff state, and did the solver finish it?"""
+
+    task_id: str
+    reached: bool
+    handoff_index: int | None = Field(description="Message index of the handoff (None: never).")
+    distance_at_handoff: int | None
+    solved: bool | None = Field(description="Solver success from the handoff (None: not reached).")
+    success: bool = Field(description="End-to-end success.")
+    reacher_id: str | None = None
+    solver_id: str | None = None
+
+
+class HandoffResult(BaseModel):
+    """REACH / SOLVE / end-to-end for one reacher and solver over a task set."""
+
+    reacher: str
+    solver: str
+    k: int
+    at: int | None
+    tasks: int
+    reach: float
+    solve: float | None
+    end_to_end: float
+    runs: list[HandoffRun]
+
+
+class _HandoffProbe:
+    """Wraps the reacher: ends its episode ("handoff") when the handoff state is reached."""
+
+    def __init__(self, reacher: Policy, config: HandoffConfig) -> None:
+        self.reacher = reacher
+        self.config = config
+        self.name = getattr(reacher, "name", "reacher")
+
+    def act(self, state: EpisodeState) -> PolicyStep:
+        if is_handoff_state(state.env, state.step, self.config):
+            raise EpisodeEnd("handoff")
+        return self.reacher.act(state)
+
+
+def is_handoff_state(env: Environment, step: int, config: HandoffConfig) -> bool:
+    if config.at is not None:
+        return step >= config.at
+    distance = env.distance() if isinstance(env, Oracle) else None
+    return distance is not None and distance <= config.k
+
+
+def start_conversation(
+    env: Environment, task: Task, user: UserSimulator, source: Source
+) -> Trajectory:
+    """A fresh trajectory: the environment's opening messages and the user's first turn."""
+    trajectory = Trajectory(task=task, source=source, messages=env.reset(task), tools=env.tools)
+    if hasattr(env, "bind_conversation"):
+        env.bind_conversation(trajectory.messages)
+    _prepare_turn(env, trajectory, user)
+    return trajectory
+
+
+def run_handoff(
+    env_name: str,
+    task: Task,
+    reacher: tuple[Policy, UserSimulator],
+    solver: tuple[Policy, UserSimulator],
+    config: HandoffConfig,
+) -> tuple[HandoffRun, Trajectory, Trajectory | None]:
+    """One handoff on one task; returns the run summary, the reacher's and solver's runs."""
+    env = ENVIRONMENTS.get(env_name)()
+    policy, user = reacher
+    source = Source(harness="trajforge-handoff", model=getattr(policy, "name", None), run="reacher")
+    reached_traj = start_conversation(env, task, user, source)
+    reached_traj = run_episode(
+        env,
+        _HandoffProbe(policy, config),
+        task,
+        user=user,
+        trajectory=reached_traj,
+        limits=config.limits,
+    )
+    reached = reached_traj.outcome.termination_reason == "handoff" or (
+        config.at is None and is_handoff_state(env, 0, config)
+    )
+    if not reached:
+        run = HandoffRun(
+            task_id=task.id,
+            reached=False,
+            handoff_index=None,
+            distance_at_handoff=None,
+            solved=None,
+            success=bool(reached_traj.outcome.success),
+        )
+        return run, reached_traj, None
+    return _solve_from(env, env_name, task, reached_traj, solver, config)
+
+
+def _solve_from(env, env_name, task, reached_traj, solver, config):
+    distance = env.distance() if isinstance(env, Oracle) else None
+    index = len(reached_traj.messages)
+    solver_env = ENVIRONMENTS.get(env_name)()
+    solver_env.reset(task)
+    solver_env.restore(env.snapshot())
+    history = reached_traj.model_copy(deep=True)
+    history.source = Source(
+        harness="trajforge-handoff", model=getattr(solver[0], "name", None), run="solver"
+    )
+    if hasattr(solver_env, "bind_conversation"):
+        solver_env.bind_conversation(history.messages)
+    if reached_traj.outcome.termination_reason == "handoff":
+        solved_traj = run_episode(
+            solver_env, solver[0], task, user=solver[1], trajectory=history, limits=config.limits
+        )
+    else:  # reached only at the very end: nothing left for the solver to do
+        solved_traj = history
+        solved_traj.outcome = solver_env.evaluate()
+    solved = bool(solved_traj.outcome.success)
+    run = HandoffRun(
+        task_id=task.id,
+        reached=True,
+        handoff_index=index,
+        distance_at_handoff=distance,
+        solved=solved,
+        success=solved,
+    )
+    return run, reached_traj, solved_traj
+
+
+def evaluate_handoff(
+    env_name: str,
+    tasks: Sequence[Task],
+    reacher: AgentFactory,
+    solver: AgentFactory,
+    config: HandoffConfig,
+    names: tuple[str, str] = ("reacher", "solver"),
+) -> HandoffResult:
+    """REACH / SOLVE / end-to-end of one reacher and one solver over `tasks`."""
+    if not tasks:
+        raise UserError(f"no tasks to run for environment '{env_name}'")
+    runs = [
+        run_handoff(env_name, task, reacher(i), solver(i), config)[0]
+        for i, task in enumerate(tasks)
+    ]
+    reached = [r for r in runs if r.reached]
+    return HandoffResult(
+        reacher=names[0],
+        solver=names[1],
+        k=config.k,
+        at=config.at,
+        tasks=len(runs),
+        reach=len(reached) / len(runs),
+        solve=(sum(bool(r.solved) for r in reached) / len(reached)) if reached else None,
+        end_to_end=sum(r.success for r in runs) / len(runs),
+        runs=runs,
+    )
