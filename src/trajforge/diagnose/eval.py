@@ -3,6 +3,9 @@
 For every diagnosed run that carries a label with a message index (human labels first, then
 oracle, then others; the earliest such label when there are several), the predicted step is
 compared exactly and within ±1 / ±3 messages, and the predicted agent with the labelled one.
+A labelled step whose calls only read (a harmless deliberate mistake of the noisy expert)
+cannot be decisive, so it is passed over when the run has another label.
+
 The baselines answer the same runs with a constant: the most common labelled step and the
 most common labelled agent. A method is worth its margin over them.
 """
@@ -13,6 +16,7 @@ from collections import Counter
 
 from pydantic import BaseModel, Field
 
+from trajforge.diagnose.evidence import is_write
 from trajforge.diagnose.model import Diagnosis
 from trajforge.schema import Label, Trajectory
 
@@ -46,9 +50,19 @@ class EvalReport(BaseModel):
 def reference_label(traj: Trajectory) -> Label | None:
     """The label a diagnosis is scored against (see module docstring)."""
     located = [label for label in traj.labels if label.message_index is not None]
-    if not located:
+    harmful = [label for label in located if not _read_only(traj, label.message_index)]
+    candidates = harmful or located
+    if not candidates:
         return None
-    return min(located, key=lambda lb: (_SOURCE_RANK.get(lb.source, 9), lb.message_index))
+    return min(candidates, key=lambda lb: (_SOURCE_RANK.get(lb.source, 9), lb.message_index))
+
+
+def _read_only(traj: Trajectory, index: int | None) -> bool:
+    """A labelled step that only reads (every call a reader) cannot be decisive."""
+    if index is None or not 0 <= index < len(traj.messages):
+        return False
+    calls = traj.messages[index].tool_calls or []
+    return bool(calls) and not any(is_write(call.name) for call in calls)
 
 
 def _share(hits: int, total: int) -> float | None:

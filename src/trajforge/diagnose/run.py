@@ -63,7 +63,7 @@ def diagnose_run(traj: Trajectory, localizer: Localizer) -> Diagnosis:
             explanation="the method found no decisive error in this run",
         )
     diagnosis.verification = verify(traj, diagnosis)
-    diagnosis.details["first_proposal_verified"] = diagnosis.verified
+    diagnosis.details.setdefault("first_proposal_verified", diagnosis.verified)
     return diagnosis.with_id()
 
 

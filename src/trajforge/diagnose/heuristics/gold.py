@@ -81,8 +81,8 @@ def _wrong_write(
                 note="its result: the state changed",
             )
         )
-    category, explanation = _classify_wrong_write(traj, index, call, intended, same_name)
-    evidence.extend(_support_for(traj, index, intended))
+    category, explanation = classify_wrong_write(traj, index, call, intended, same_name)
+    evidence.extend(support_for(traj, index, intended))
     return Diagnosis(
         trajectory_id=traj.id,
         method="heuristic",
@@ -96,9 +96,10 @@ def _wrong_write(
     )
 
 
-def _classify_wrong_write(
+def classify_wrong_write(
     traj: Trajectory, index: int, call: ToolCall, intended: dict | None, same_name: list
 ) -> tuple[str, str]:
+    """Category and explanation of a wrong write, given the write the goal needed."""
     if traj.task.environment in AUTH_ENVS and not _authenticated_before(traj, index):
         return "policy_violation", (
             f"message {index} calls {call.name} before the user was authenticated; the policy "
@@ -144,8 +145,8 @@ def _short(value: Any) -> str:
     return excerpt(orjson.dumps(value).decode(), 60)
 
 
-def _support_for(traj: Trajectory, index: int, intended: dict | None) -> list[Evidence]:
-    """Earlier messages that mention a value the gold write needs (what the agent had)."""
+def support_for(traj: Trajectory, index: int, intended: dict | None) -> list[Evidence]:
+    """Earlier messages that mention a value the intended write needs (what the agent had)."""
     if intended is None:
         return []
     found: list[Evidence] = []

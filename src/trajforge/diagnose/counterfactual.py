@@ -1,0 +1,233 @@
+"""Counterfactual localization on forkable runs, and continuation by the expert.
+
+V(t) is whether the expert, continuing from the state after agent message t (the message
+and the tool results that answer it), still succeeds. The decisive error is the first agent
+message after which V is false. When V never drops, the error is the agent's omission at its
+last message: it ended (or handed off) while the expert could still have finished. When V is
+already false before the agent's first message, the expert cannot solve the task from the
+start and nothing is blamed on the agent.
+
+The correction is the oracle's `expert_action()` in the state before the decisive message.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from trajforge.agents.base import USER_STOP, EpisodeState, PolicyStep
+from trajforge.agents.expert import ExpertPolicy
+from trajforge.diagnose.evidence import excerpt, gold_actions, is_write
+from trajforge.diagnose.heuristics.gold import classify_wrong_write, support_for
+from trajforge.diagnose.model import Correction, Diagnosis, Evidence
+from trajforge.envs.base import Environment, Oracle
+from trajforge.envs.replay import make_env, replay_to
+from trajforge.errors import UserError
+from trajforge.rollout.episode import Limits, run_episode
+from trajforge.schema import ForkParent, Message, Source, ToolCall, Trajectory
+
+EXTRA_STEPS = 30
+"""Agent steps the expert may add after the prefix."""
+CONTINUE = "Please go on."
+CLOSE = f"Thank you, that is all. {USER_STOP}"
+
+
+class OracleUser:
+    """The user for expert continuations: ends the talk once the oracle says nothing is left
+    to do (distance 0) or success is out of reach (distance None); otherwise asks to go on."""
+
+    def reply(self, state: EpisodeState) -> Message:
+        distance = state.env.distance() if isinstance(state.env, Oracle) else 0
+        done = distance is None or distance == 0
+        return Message(role="user", content=CLOSE if done else CONTINUE)
+
+
+class CorrectedExpert:
+    """Sends the correction as its first message, then acts as the expert."""
+
+    name = "corrected-expert"
+
+    def __init__(self, correction: Message) -> None:
+        self.correction: Message | None = correction
+        self.expert = ExpertPolicy()
+
+    def act(self, state: EpisodeState) -> PolicyStep:
+        if self.correction is not None:
+            message, self.correction = self.correction, None
+            return PolicyStep(message=message)
+        return self.expert.act(state)
+
+
+def cut_after(traj: Trajectory, index: int) -> int:
+    """The prefix length holding message `index` and the tool results right after it."""
+    cut = index + 1
+    while cut < len(traj.messages) and traj.messages[cut].role == "tool":
+        cut += 1
+    return cut
+
+
+def continue_from(
+    env: Environment, traj: Trajectory, cut: int, first: Message | None = None
+) -> Trajectory:
+    """Fork: the first `cut` messages of `traj`, the state rebuilt by replay, then the expert
+    (after `first`, when given) until the episode ends. Returns the fork."""
+    replay_to(env, traj, cut)
+    fork = Trajectory(
+        task=traj.task,
+        source=Source(harness="trajforge-fork", model="expert", run="counterfactual"),
+        messages=[m.model_copy(deep=True) for m in traj.messages[:cut]],
+        tools=env.tools,
+        parent=ForkParent(trajectory_id=traj.id, message_index=cut),
+    )
+    if hasattr(env, "bind_conversation"):
+        env.bind_conversation(fork.messages)
+    policy = CorrectedExpert(first) if first is not None else ExpertPolicy()
+    steps = len(fork.assistant_indices()) + EXTRA_STEPS
+    return run_episode(
+        env, policy, traj.task, user=OracleUser(), trajectory=fork, limits=Limits(max_steps=steps)
+    )
+
+
+def expert_succeeds(env: Environment, traj: Trajectory, cut: int) -> bool:
+    """V at prefix length `cut`."""
+    return bool(continue_from(env, traj, cut).outcome.success)
+
+
+def expert_action_before(env: Environment, traj: Trajectory, index: int) -> Message | None:
+    """The oracle's action in the state before message `index`, as an assistant message."""
+    replay_to(env, traj, index)
+    if hasattr(env, "bind_conversation"):
+        env.bind_conversation(list(traj.messages[:index]))
+    action = env.expert_action() if isinstance(env, Oracle) else None
+    if isinstance(action, ToolCall):
+        call = action.model_copy(update={"id": f"correction_{index}"})
+        return Message(role="assistant", tool_calls=[call])
+    return action
+
+
+def check_forkable(traj: Trajectory) -> Environment:
+    """A fresh environment for the run, or a UserError saying why it cannot be forked."""
+    try:
+        env = make_env(traj)
+    except UserError as exc:
+        raise UserError(
+            f"{exc}; the counterfactual method needs a forkable run (use --method heuristic)"
+        ) from None
+    if not isinstance(env, Oracle):
+        raise UserError(
+            f"trajectory {traj.id}: environment '{env.name}' has no oracle; the "
+            "counterfactual method needs one (use --method heuristic)"
+        )
+    return env
+
+
+class CounterfactualLocalizer:
+    """Localize by forking at every agent step and letting the expert finish."""
+
+    name = "counterfactual"
+
+    def check(self, traj: Trajectory) -> None:
+        check_forkable(traj)
+
+    def localize(self, traj: Trajectory) -> Diagnosis | None:
+        env = check_forkable(traj)
+        steps = traj.assistant_indices()
+        if not steps:
+            return None
+        values: dict[int, bool] = {}
+        if not expert_succeeds(env, traj, steps[0]):
+            return _unsolvable(traj, steps[0])
+        for index in steps:
+            values[index] = expert_succeeds(env, traj, cut_after(traj, index))
+            if not values[index]:
+                return _decisive(env, traj, index, values)
+        return _omission(env, traj, steps[-1], values)
+
+
+def _v_details(values: dict[int, bool]) -> dict[str, Any]:
+    return {"V": {str(k): v for k, v in values.items()}, "detector": "counterfactual"}
+
+
+def _unsolvable(traj: Trajectory, first: int) -> Diagnosis:
+    return Diagnosis(
+        trajectory_id=traj.id,
+        method="counterfactual",
+        step=None,
+        category=None,
+        explanation=f"the expert fails from the state before the agent's first message "
+        f"({first}): the failure is not the agent's",
+        details={"V_start": False, "detector": "counterfactual"},
+    )
+
+
+def _decisive(env: Environment, traj: Trajectory, index: int, values: dict[int, bool]) -> Diagnosis:
+    message = traj.messages[index]
+    correction = expert_action_before(env, traj, index)
+    intended = _as_action(correction)
+    calls = [c for c in message.tool_calls or [] if is_write(c.name)] or (message.tool_calls or [])
+    evidence = [Evidence(message_index=index, quote=_quote(message), note="after this, V=false")]
+    if calls:
+        call = calls[0]
+        intended = _gold_named(traj, call.name) or intended
+        same = [intended] if intended and intended["name"] == call.name else []
+        category, why = classify_wrong_write(traj, index, call, intended, same)
+        evidence += support_for(traj, index, intended)
+    else:
+        category, why = "premature_termination", f"message {index} ends the agent's work"
+    return Diagnosis(
+        trajectory_id=traj.id,
+        method="counterfactual",
+        step=index,
+        agent=message.name or "assistant",
+        category=category,  # type: ignore[arg-type]
+        explanation=f"{why}. The expert succeeds from every earlier agent step but not from "
+        f"the state after message {index}",
+        evidence=evidence,
+        correction=correction_from(correction),
+        details=_v_details(values),
+    )
+
+
+def _omission(env: Environment, traj: Trajectory, last: int, values: dict[int, bool]) -> Diagnosis:
+    correction = expert_action_before(env, traj, last)
+    return Diagnosis(
+        trajectory_id=traj.id,
+        method="counterfactual",
+        step=last,
+        agent=traj.messages[last].name or "assistant",
+        category="premature_termination",
+        explanation=f"the expert still succeeds after every agent message, so no action broke "
+        f"the task: at message {last} the agent stopped with work left undone",
+        evidence=[Evidence(message_index=last, quote=_quote(traj.messages[last]))],
+        correction=correction_from(correction),
+        omission=True,
+        details=_v_details(values),
+    )
+
+
+def _gold_named(traj: Trajectory, name: str) -> dict | None:
+    """The task's gold action with this tool name, when the run records gold actions."""
+    return next((a for a in gold_actions(traj) or [] if a["name"] == name), None)
+
+
+def _quote(message: Message) -> str:
+    if message.tool_calls:
+        return message.tool_calls[0].name
+    return excerpt(message.text(), 40)
+
+
+def _as_action(message: Message | None) -> dict | None:
+    if message is None or not message.tool_calls:
+        return None
+    call = message.tool_calls[0]
+    try:
+        return {"name": call.name, "kwargs": call.parsed_arguments()}
+    except ValueError:
+        return None
+
+
+def correction_from(message: Message | None) -> Correction | None:
+    """The oracle's action as a correction."""
+    if message is None:
+        return None
+    call = message.tool_calls[0] if message.tool_calls else None
+    return Correction(tool_call=call, message=None if call else message.text(), source="oracle")

@@ -1,0 +1,95 @@
+"""`trajforge diagnose`, `diagnose eval` and `diagnose views` on a store of real runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+import pytest
+from typer.testing import CliRunner
+
+from trajforge.cli.main import app
+from trajforge.store import Store
+
+from .conftest import RETAIL, WHO_AND_WHEN
+
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def db(tmp_path_factory: pytest.TempPathFactory, shared_data: Path) -> Path:
+    path = tmp_path_factory.mktemp("diagnose") / "store.db"
+    who = sorted((shared_data / WHO_AND_WHEN).glob("*.json"), key=lambda p: int(p.stem))[:12]
+    files = [str(shared_data / RETAIL), *map(str, who)]
+    result = runner.invoke(app, ["import", *files, "--db", str(path)])
+    assert result.exit_code == 0, result.output
+    return path
+
+
+def _diagnoses(db: Path) -> int:
+    with Store(db) as store:
+        return store.db.execute("SELECT COUNT(*) FROM diagnoses").fetchone()[0]
+
+
+def _invoke(*args: str) -> tuple[int, str]:
+    result = runner.invoke(app, list(args))
+    return result.exit_code, result.output
+
+
+def test_bad_inputs_store_nothing(db: Path) -> None:
+    with Store(db) as store:
+        solved = store.rows()[0]
+        assert solved.success  # the first retail run succeeded
+        unreplayable = next(r for r in store.rows() if r.environment == "who-and-when")
+    before = _diagnoses(db)
+    code, out = _invoke("diagnose", "--db", str(db), "--id", solved.id)
+    assert code == 1 and "nothing to diagnose" in out and "succeeded" in out
+    code, out = _invoke("diagnose", "--db", str(db), "--env", "no-such-env")
+    assert code == 1 and "no trajectories match" in out
+    code, out = _invoke(
+        "diagnose", "--db", str(db), "--method", "counterfactual", "--id", unreplayable.id
+    )
+    assert code == 1 and "cannot" in out and unreplayable.id[:12] in out
+    code, out = _invoke("diagnose", "--db", str(db), "--method", "oracle-magic")
+    assert code == 1 and "unknown diagnosis method" in out
+    assert _diagnoses(db) == before
+
+
+def test_diagnose_lists_and_stores(db: Path) -> None:
+    code, out = _invoke("diagnose", "--db", str(db), "--env", "who-and-when", "--json")
+    assert code == 0, out
+    listed = orjson.loads(out)
+    assert len(listed) == 12
+    assert {"trajectory_id", "step", "category", "verified", "method"} <= set(listed[0])
+    assert all(item["method"] == "heuristic" for item in listed)
+    with Store(db) as store:
+        stored = store.db.execute(
+            "SELECT COUNT(*) FROM diagnoses WHERE method = 'heuristic'"
+        ).fetchone()[0]
+    assert stored >= 12
+    code, out = _invoke("show", listed[0]["trajectory_id"], "--db", str(db))
+    assert code == 0 and "diagnosis (heuristic)" in out
+
+
+def test_eval_reports_accuracy_beside_baselines(db: Path) -> None:
+    code, out = _invoke("diagnose", "eval", "--db", str(db), "--env", "who-and-when", "--json")
+    assert code == 0, out
+    report = orjson.loads(out)
+    keys = {"runs", "exact", "within1", "within3", "agent", "baseline_exact", "baseline_agent"}
+    assert keys <= set(report)
+    assert report["runs"] == 12
+    assert 0.0 <= report["exact"] <= report["within1"] <= report["within3"] <= 1.0
+
+
+def test_views_command_writes_loadable_files(db: Path, tmp_path: Path) -> None:
+    assert _invoke("diagnose", "--db", str(db), "--env", "tau-retail")[0] == 0
+    code, out = _invoke(
+        "diagnose", "views", "--db", str(db), "--out", str(tmp_path), "--all", "--json"
+    )
+    assert code == 0, out
+    card = orjson.loads(out)
+    assert card["diagnosis_items"] >= 27 + 12
+    assert (tmp_path / "recovery.jsonl").stat().st_size > 0
+    code, out = _invoke("diagnose", "views", "--db", str(db), "--out", str(tmp_path), "--json")
+    assert code == 0
+    assert orjson.loads(out)["diagnosis_items"] == orjson.loads(out)["verified_runs"]
