@@ -28,6 +28,7 @@ app.command("mock-server")(guarded(proxy_cli.mock_server_command))
 app.command("proxy")(guarded(proxy_cli.proxy_command))
 app.add_typer(diagnose_cli.app, name="diagnose")
 app.command("rollout")(guarded(rollout_cli.rollout_command))
+app.command("rft")(guarded(rollout_cli.rft_command))
 
 
 if __name__ == "__main__":

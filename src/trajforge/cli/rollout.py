@@ -11,6 +11,7 @@ from rich.table import Table
 
 from trajforge.cli.common import DbOption, JsonOption, console, err_console, open_store, print_json
 from trajforge.envs.faults import parse_fault_spec
+from trajforge.generate.rft import RFTConfig, select, totals, write_sft
 from trajforge.rollout.backends import BACKENDS
 from trajforge.rollout.episode import Limits
 from trajforge.rollout.factory import PolicyOptions, make_env
@@ -184,3 +185,52 @@ def print_summary(summary: BatchSummary) -> None:
             value = ", ".join(f"{k}={v}" for k, v in value.items()) or "-"
         table.add_row(key.replace("_", " "), str(value))
     console.print(table)
+
+
+def rft_command(
+    env: EnvArg,
+    out: Annotated[Path, typer.Option("--out", help="Output folder (train.jsonl, yield.json).")],
+    tasks: TasksArg = "10",
+    policy: PolicyArg = "noisy-expert",
+    k: Annotated[int, typer.Option("--k", min=1, help="Rollouts sampled per task.")] = 4,
+    similarity: Annotated[
+        float, typer.Option("--similarity", help="Drop samples at least this similar.")
+    ] = 0.9,
+    concurrency: ConcurrencyArg = 1,
+    backend: BackendArg = "local",
+    seed: SeedArg = 0,
+    max_steps: MaxStepsArg = 50,
+    base_url: BaseUrlArg = None,
+    llm_model: LlmModelArg = None,
+    api_key: ApiKeyArg = None,
+    temperature: TemperatureArg = 0.7,
+    error_rate: ErrorRateArg = 0.2,
+    db: DbOption = None,
+    json_out: JsonOption = False,
+) -> None:
+    """Sample K rollouts per task, keep verified successes without near-duplicates, write SFT."""
+    options = PolicyOptions(
+        error_rate=error_rate,
+        base_url=base_url,
+        model=llm_model,
+        api_key=api_key,
+        temperature=temperature,
+    )
+    limits = Limits(max_steps=max_steps)
+    config = build_config(env, tasks, policy, k, None, seed, limits, options, run="rft")
+    _, trajs = execute(config, db, backend, concurrency, show=not json_out)
+    kept, report = select(trajs, env, RFTConfig(similarity=similarity))
+    data = write_sft(kept, report, out)
+    summary = {"out": str(data), **totals(report), "tasks": [r.model_dump() for r in report]}
+    if json_out:
+        print_json(summary)
+        return
+    table = Table(title=f"RFT yield → {data}")
+    for column in ("task", "sampled", "successes", "verified", "kept"):
+        table.add_column(column, justify="left" if column == "task" else "right")
+    for row in report:
+        table.add_row(
+            row.task, *(str(v) for v in (row.sampled, row.successes, row.verified, row.kept))
+        )
+    console.print(table)
+    console.print(f"kept {summary['kept']} of {summary['sampled']} ({summary['yield']:.1%})")

@@ -6,7 +6,6 @@ a thread, a worker process or a Ray task.
 
 from __future__ import annotations
 
-import importlib
 import inspect
 from typing import Any
 
@@ -40,6 +39,8 @@ def make_policy(name: str, options: PolicyOptions, seed: int) -> Any:
     """A fresh policy; `seed` drives any randomness it has."""
     if name == "llm":
         return _llm_policy(options)
+    if name == "replay":
+        raise UserError("the replay policy continues a stored run: use it with fork, not rollout")
     factory = POLICIES.get(name)
     if name == "noisy-expert":
         return factory(seed=seed, error_rate=options.error_rate)
@@ -73,18 +74,19 @@ def needs_user(opening: list[Message]) -> bool:
     return not any(message.role == "user" for message in opening)
 
 
-def make_user(env: Any, task: Task, seed: int) -> UserSimulator:
-    """The user simulator of a conversational task (from `trajforge.agents.user_sim`)."""
+def make_user(env: Any) -> UserSimulator:
+    """The scripted user simulator of a conversational environment."""
     try:
-        module = importlib.import_module("trajforge.agents.user_sim")
+        from trajforge.agents.user_sim import ScriptedUser
     except ImportError:
         raise UserError(
             f"environment '{env.name}' is conversational and needs a user simulator "
             "(trajforge.agents.user_sim), which this installation lacks"
         ) from None
-    factory = getattr(module, "user_for_task", None) or getattr(module, "make_user", None)
-    if factory is None:
-        raise UserError("trajforge.agents.user_sim offers no user_for_task(task, seed=...)")
-    accepted = _parameters(factory)
-    offered = {"env": env, "seed": seed}
-    return factory(task, **{key: value for key, value in offered.items() if key in accepted})
+    return ScriptedUser()
+
+
+def open_conversation(user: UserSimulator, task: Task) -> Message | None:
+    """The user's first message, when the simulator opens conversations."""
+    opening = getattr(user, "opening", None)
+    return opening(task) if callable(opening) else None

@@ -25,7 +25,14 @@ from pydantic import BaseModel, Field
 
 from trajforge.envs.faults import parse_fault_spec, with_faults
 from trajforge.rollout.episode import Limits, run_episode, start_trajectory
-from trajforge.rollout.factory import PolicyOptions, make_env, make_policy, make_user, needs_user
+from trajforge.rollout.factory import (
+    PolicyOptions,
+    make_env,
+    make_policy,
+    make_user,
+    needs_user,
+    open_conversation,
+)
 from trajforge.schema import Outcome, Source, Task, Trajectory
 from trajforge.store import Store
 
@@ -100,7 +107,11 @@ def run_episode_spec(spec: EpisodeSpec) -> Trajectory:
         traj = start_trajectory(env, spec.task, source)
         if callable(getattr(env, "bind_conversation", None)):
             env.bind_conversation(traj.messages)
-        user = make_user(env, spec.task, seed) if needs_user(traj.messages) else None
+        user = None
+        if needs_user(traj.messages):
+            user = make_user(env)
+            first = open_conversation(user, spec.task)
+            traj.messages.extend([first] if first else [])
         traj.source.model = getattr(policy, "name", spec.policy)
         traj = run_episode(env, policy, spec.task, user=user, trajectory=traj, limits=spec.limits)
     except Exception as exc:  # a failed setup still leaves a trajectory saying why

@@ -10,7 +10,13 @@ import orjson
 from pydantic import ValidationError
 
 from trajforge.errors import InputError, UserError
+from trajforge.registry import Registry
 from trajforge.schema import Task
+
+TASK_SETS: Registry[type] = Registry("task set")
+"""Task sets of environments that do not list their own tasks, by environment name."""
+TASK_SETS.register("tau-retail", "trajforge.envs.tau:TauTaskSet")
+TASK_SETS.register("tau-airline", "trajforge.envs.tau:TauTaskSet")
 
 TASKS_HELP = (
     "--tasks accepts N (the first N tasks of the environment), A-B (tasks A to B, counted "
@@ -37,10 +43,17 @@ def select_tasks(env: Any, spec: str) -> list[Task]:
     return [t.model_copy(update={"environment": t.environment or env.name}) for t in tasks]
 
 
+def task_set(env: Any) -> Any:
+    """What lists the tasks of `env`: the environment itself or its registered task set."""
+    if callable(getattr(env, "tasks", None)):
+        return env
+    if env.name in TASK_SETS.names():
+        return TASK_SETS.get(env.name)(env.name)
+    raise UserError(f"environment '{env.name}' cannot list its tasks; {TASKS_HELP}")
+
+
 def _generated(env: Any, count: int) -> list[Task]:
-    if not callable(getattr(env, "tasks", None)):
-        raise UserError(f"environment '{env.name}' cannot list its tasks; {TASKS_HELP}")
-    return list(env.tasks(count))[:count]
+    return list(task_set(env).tasks(count))[:count]
 
 
 def _from_file(env: Any, path: Path) -> list[Task]:
@@ -72,7 +85,7 @@ def task_by_id(env: Any, task_id: str, file: str = "--tasks", index: int | None 
     """Look a task up by id: the environment's `task_by_id`, else its task list."""
     if callable(getattr(env, "task_by_id", None)):
         return env.task_by_id(task_id)
-    known = {t.id: t for t in env.tasks(None)} if callable(getattr(env, "tasks", None)) else {}
+    known = {t.id: t for t in task_set(env).tasks(None)}
     if task_id not in known:
         raise InputError(file, f"environment '{env.name}' has no task '{task_id}'", index)
     return known[task_id]

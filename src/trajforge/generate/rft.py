@@ -1,0 +1,169 @@
+"""Rejection-sampling fine-tuning data: keep verified successes, drop near-duplicates.
+
+From K sampled rollouts per task, a trajectory is kept when
+
+1. it succeeded, and the success is verified again by replaying its tool calls in a fresh
+   environment (same task, no faults) and judging the final state;
+2. its action sequence is not a near-duplicate of one already kept for the same task
+   (difflib similarity of the action lists at least `similarity`; 1.0 keeps all but exact
+   repeats).
+
+The output is chat JSONL with tools, the form TRL's `SFTTrainer` reads:
+`{"messages": [...], "tools": [...]}` per line (tool-call arguments as JSON objects), plus
+`yield.json` with sampled / successes / verified / kept per task.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import orjson
+from pydantic import BaseModel, Field
+
+from trajforge.rollout.factory import make_env
+from trajforge.schema import Message, Trajectory
+
+DATA_FILE = "train.jsonl"
+YIELD_FILE = "yield.json"
+
+
+class RFTConfig(BaseModel):
+    """How samples are filtered."""
+
+    similarity: float = Field(
+        default=0.9, ge=0.0, le=1.0, description="Drop a sample this similar to a kept one."
+    )
+    verify: bool = Field(default=True, description="Re-check each success by replay.")
+
+
+class TaskYield(BaseModel):
+    task: str = Field(description="Task id.")
+    sampled: int = Field(description="Rollouts sampled.")
+    successes: int = Field(description="Rollouts the environment judged successful.")
+    verified: int = Field(description="Successes confirmed by replay.")
+    kept: int = Field(description="Verified successes left after deduplication.")
+
+
+def actions(traj: Trajectory) -> list[str]:
+    """The action sequence: tool calls with canonical arguments, and final answers."""
+    sequence = []
+    for message in traj.messages:
+        if message.role != "assistant":
+            continue
+        for call in message.tool_calls or []:
+            sequence.append(f"{call.name}({_canonical(call.arguments)})")
+        if not message.tool_calls:
+            sequence.append(f"say({message.text()[:200]})")
+    return sequence
+
+
+def _canonical(arguments: str) -> str:
+    try:
+        return orjson.dumps(orjson.loads(arguments), option=orjson.OPT_SORT_KEYS).decode()
+    except orjson.JSONDecodeError:
+        return arguments
+
+
+def verify_by_replay(traj: Trajectory, env_name: str) -> bool:
+    """Replay the tool calls in a fresh environment; True when the final state succeeds."""
+    env = make_env(env_name)
+    try:
+        env.reset(traj.task)
+        if callable(getattr(env, "bind_conversation", None)):
+            env.bind_conversation(traj.messages)
+        for message in traj.messages:
+            for call in message.tool_calls or []:
+                env.step(call)
+        return bool(env.evaluate().success)
+    finally:
+        close = getattr(env, "close", None)
+        if callable(close):
+            close()
+
+
+def _is_near_duplicate(candidate: list[str], kept: list[list[str]], threshold: float) -> bool:
+    for other in kept:
+        if candidate == other:
+            return True
+        if threshold < 1.0 and difflib.SequenceMatcher(None, candidate, other).ratio() >= threshold:
+            return True
+    return False
+
+
+def select(
+    trajs: list[Trajectory], env_name: str, config: RFTConfig | None = None
+) -> tuple[list[Trajectory], list[TaskYield]]:
+    """Kept trajectories (task order, then sample order) and the yield of each task."""
+    config = config or RFTConfig()
+    by_task: dict[str, list[Trajectory]] = defaultdict(list)
+    for traj in sorted(trajs, key=lambda t: t.metadata.get("sample", 0)):
+        by_task[traj.task.id].append(traj)
+    kept: list[Trajectory] = []
+    report = []
+    for task_id, samples in by_task.items():
+        wins = [t for t in samples if t.outcome.success]
+        verified = [t for t in wins if not config.verify or verify_by_replay(t, env_name)]
+        chosen: list[Trajectory] = []
+        for traj in verified:
+            if not _is_near_duplicate(
+                actions(traj), [actions(k) for k in chosen], config.similarity
+            ):
+                chosen.append(traj)
+        kept += chosen
+        report.append(TaskYield(task=task_id, sampled=len(samples), successes=len(wins),
+                                verified=len(verified), kept=len(chosen)))  # fmt: skip
+    return kept, report
+
+
+def chat_message(message: Message) -> dict[str, Any]:
+    """A message in the chat form trainers read (tool-call arguments as objects)."""
+    data: dict[str, Any] = {"role": message.role, "content": message.text()}
+    if message.tool_calls:
+        data["tool_calls"] = [
+            {"id": c.id, "type": "function",
+             "function": {"name": c.name, "arguments": _arguments(c.arguments)}}
+            for c in message.tool_calls
+        ]  # fmt: skip
+    if message.tool_call_id:
+        data["tool_call_id"] = message.tool_call_id
+    if message.name and message.role == "tool":
+        data["name"] = message.name
+    return data
+
+
+def _arguments(text: str) -> dict[str, Any]:
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return {"raw": text}
+    return value if isinstance(value, dict) else {"value": value}
+
+
+def write_sft(kept: list[Trajectory], report: list[TaskYield], out: Path) -> Path:
+    """Write `train.jsonl` and `yield.json` into `out`; returns the data file."""
+    out.mkdir(parents=True, exist_ok=True)
+    data = out / DATA_FILE
+    partial = data.with_suffix(".jsonl.partial")
+    with partial.open("wb") as handle:
+        for traj in kept:
+            record = {"messages": [chat_message(m) for m in traj.messages], "tools": traj.tools}
+            handle.write(orjson.dumps(record) + b"\n")
+    partial.replace(data)
+    summary = {"tasks": [r.model_dump() for r in report], **totals(report)}
+    (out / YIELD_FILE).write_bytes(orjson.dumps(summary, option=orjson.OPT_INDENT_2))
+    return data
+
+
+def totals(report: list[TaskYield]) -> dict[str, Any]:
+    sampled = sum(r.sampled for r in report)
+    kept = sum(r.kept for r in report)
+    return {
+        "sampled": sampled,
+        "successes": sum(r.successes for r in report),
+        "verified": sum(r.verified for r in report),
+        "kept": kept,
+        "yield": round(kept / sampled, 4) if sampled else 0.0,
+    }
