@@ -29,6 +29,7 @@ app.command("proxy")(guarded(proxy_cli.proxy_command))
 app.add_typer(diagnose_cli.app, name="diagnose")
 app.command("rollout")(guarded(rollout_cli.rollout_command))
 app.command("rft")(guarded(rollout_cli.rft_command))
+app.command("robustness")(guarded(rollout_cli.robustness_command))
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ from rich.table import Table
 
 from trajforge.cli.common import DbOption, JsonOption, console, err_console, open_store, print_json
 from trajforge.envs.faults import parse_fault_spec
+from trajforge.evaluate.robustness import BASELINE, ConditionReport, robustness_report
 from trajforge.generate.rft import RFTConfig, select, totals, write_sft
 from trajforge.rollout.backends import BACKENDS
 from trajforge.rollout.episode import Limits
@@ -234,3 +235,79 @@ def rft_command(
         )
     console.print(table)
     console.print(f"kept {summary['kept']} of {summary['sampled']} ({summary['yield']:.1%})")
+
+
+DEFAULT_CONDITIONS = ["transient:0.2", "persistent", "silent:0.2"]
+
+
+def robustness_command(
+    env: EnvArg,
+    tasks: TasksArg = "10",
+    policy: PolicyArg = "noisy-expert",
+    n: SamplesArg = 3,
+    faults: Annotated[
+        list[str] | None,
+        typer.Option("--faults", help="A condition (fault spec); repeat for several."),
+    ] = None,
+    concurrency: ConcurrencyArg = 1,
+    backend: BackendArg = "local",
+    seed: SeedArg = 0,
+    max_steps: MaxStepsArg = 50,
+    base_url: BaseUrlArg = None,
+    llm_model: LlmModelArg = None,
+    api_key: ApiKeyArg = None,
+    temperature: TemperatureArg = 0.0,
+    error_rate: ErrorRateArg = 0.2,
+    db: DbOption = None,
+    json_out: JsonOption = False,
+) -> None:
+    """Compare the same tasks and seeds without and with faults: success, recovery, pass^k."""
+    conditions = faults or DEFAULT_CONDITIONS
+    for condition in conditions:
+        parse_fault_spec(condition)
+    options = PolicyOptions(
+        error_rate=error_rate,
+        base_url=base_url,
+        model=llm_model,
+        api_key=api_key,
+        temperature=temperature,
+    )
+    limits = Limits(max_steps=max_steps)
+    base = build_config(env, tasks, policy, n, None, seed, limits, options, run="robustness")
+    runs: dict[str, list[Trajectory]] = {}
+    for condition in [BASELINE, *conditions]:
+        spec = [] if condition == BASELINE else [condition]
+        config = base.model_copy(update={"faults": spec})
+        runs[condition] = execute(config, db, backend, concurrency, show=not json_out)[1]
+    reports = robustness_report(runs)
+    if json_out:
+        print_json([r.model_dump(mode="json") for r in reports])
+        return
+    console.print(robustness_table(reports))
+
+
+def robustness_table(reports: list[ConditionReport]) -> Table:
+    """The robustness report as one table (a row per condition and fault kind)."""
+    samples = max((len(r.pass_k) for r in reports), default=0)
+    table = Table(title="fault robustness")
+    for column in ("condition", "episodes", "success", "fault kind", "hit eps", "recovery"):
+        table.add_column(
+            column, justify="left" if column in ("condition", "fault kind") else "right"
+        )
+    for k in range(1, samples + 1):
+        table.add_column(f"pass^{k}", justify="right")
+    for report in reports:
+        passes = [_rate(report.pass_k.get(k)) for k in range(1, samples + 1)]
+        kinds = report.kinds or [None]
+        for number, kind in enumerate(kinds):
+            head = [report.condition, str(report.episodes), _rate(report.success_rate)]
+            tail = passes if number == 0 else [""] * samples
+            cells = ["-", "-", "-"] if kind is None else [
+                kind.kind, str(kind.episodes), _rate(kind.recovery_rate)
+            ]  # fmt: skip
+            table.add_row(*(head if number == 0 else ["", "", ""]), *cells, *tail)
+    return table
+
+
+def _rate(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0%}"
