@@ -14,31 +14,21 @@ from __future__ import annotations
 
 from typing import Any
 
-from trajforge.agents.base import USER_STOP, EpisodeState, PolicyStep
+from trajforge.agents.base import EpisodeState, PolicyStep
 from trajforge.agents.expert import ExpertPolicy
+from trajforge.agents.user_sim import ScriptedUser
 from trajforge.diagnose.evidence import excerpt, gold_actions, is_write
 from trajforge.diagnose.heuristics.gold import classify_wrong_write, support_for
 from trajforge.diagnose.model import Correction, Diagnosis, Evidence
 from trajforge.envs.base import Environment, Oracle
 from trajforge.envs.replay import make_env, replay_to
 from trajforge.errors import UserError
-from trajforge.rollout.episode import Limits, run_episode
-from trajforge.schema import ForkParent, Message, Source, ToolCall, Trajectory
+from trajforge.rollout.episode import Limits
+from trajforge.rollout.fork import ForkOptions, fork
+from trajforge.schema import Message, ToolCall, Trajectory
 
 EXTRA_STEPS = 30
 """Agent steps the expert may add after the prefix."""
-CONTINUE = "Please go on."
-CLOSE = f"Thank you, that is all. {USER_STOP}"
-
-
-class OracleUser:
-    """The user for expert continuations: ends the talk once the oracle says nothing is left
-    to do (distance 0) or success is out of reach (distance None); otherwise asks to go on."""
-
-    def reply(self, state: EpisodeState) -> Message:
-        distance = state.env.distance() if isinstance(state.env, Oracle) else 0
-        done = distance is None or distance == 0
-        return Message(role="user", content=CLOSE if done else CONTINUE)
 
 
 class CorrectedExpert:
@@ -68,23 +58,13 @@ def cut_after(traj: Trajectory, index: int) -> int:
 def continue_from(
     env: Environment, traj: Trajectory, cut: int, first: Message | None = None
 ) -> Trajectory:
-    """Fork: the first `cut` messages of `traj`, the state rebuilt by replay, then the expert
-    (after `first`, when given) until the episode ends. Returns the fork."""
-    replay_to(env, traj, cut)
-    fork = Trajectory(
-        task=traj.task,
-        source=Source(harness="trajforge-fork", model="expert", run="counterfactual"),
-        messages=[m.model_copy(deep=True) for m in traj.messages[:cut]],
-        tools=env.tools,
-        parent=ForkParent(trajectory_id=traj.id, message_index=cut),
-    )
-    if hasattr(env, "bind_conversation"):
-        env.bind_conversation(fork.messages)
+    """Fork after the first `cut` messages of `traj` (state rebuilt by replay) and let the
+    expert finish, after sending `first` when given; the scripted user plays the customer.
+    Returns the fork (not stored)."""
     policy = CorrectedExpert(first) if first is not None else ExpertPolicy()
-    steps = len(fork.assistant_indices()) + EXTRA_STEPS
-    return run_episode(
-        env, policy, traj.task, user=OracleUser(), trajectory=fork, limits=Limits(max_steps=steps)
-    )
+    steps = len([i for i in range(cut) if traj.messages[i].role == "assistant"]) + EXTRA_STEPS
+    options = ForkOptions(limits=Limits(max_steps=steps), harness="trajforge-counterfactual")
+    return fork(traj, cut, policy, user=ScriptedUser(), env=env, options=options)
 
 
 def expert_succeeds(env: Environment, traj: Trajectory, cut: int) -> bool:

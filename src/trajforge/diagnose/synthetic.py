@@ -10,7 +10,8 @@ from __future__ import annotations
 from pydantic import BaseModel, Field
 
 from trajforge.agents.expert import NoisyExpertPolicy
-from trajforge.diagnose.counterfactual import EXTRA_STEPS, OracleUser
+from trajforge.agents.user_sim import ScriptedUser
+from trajforge.diagnose.counterfactual import EXTRA_STEPS
 from trajforge.envs import ENVIRONMENTS
 from trajforge.envs.tau.tasks import TauTaskSet
 from trajforge.rollout.episode import Limits, run_episode, start_trajectory
@@ -37,7 +38,12 @@ def noisy_run(environment: str, task_index: int, error_rate: float, seed: int) -
     env.bind_conversation(traj.messages)
     policy = NoisyExpertPolicy(error_rate=error_rate, seed=seed)
     traj = run_episode(
-        env, policy, task, user=OracleUser(), trajectory=traj, limits=Limits(max_steps=EXTRA_STEPS)
+        env,
+        policy,
+        task,
+        user=ScriptedUser(),
+        trajectory=traj,
+        limits=Limits(max_steps=EXTRA_STEPS),
     )
     return traj.with_id()
 
