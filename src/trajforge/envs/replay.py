@@ -8,6 +8,7 @@ final judgement with the recorded reward (the replay fidelity report).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from pydantic import BaseModel, Field
@@ -132,4 +133,51 @@ def describe_difference(recorded: str, replayed: str, context: int = 60) -> str:
     return (
         f"output differs at char {at}: recorded '{recorded[start : at + context]}' "
         f"vs replayed '{replayed[start : at + context]}'"
+    )
+
+
+class ReplaySummary(BaseModel):
+    """Replay fidelity over many runs (what `trajforge replay --json` prints)."""
+
+    runs: int = Field(description="Runs replayed.")
+    calls: int = Field(description="Tool calls re-executed.")
+    exact: int = Field(description="Calls whose output equals the recorded output.")
+    exact_ratio: float = Field(description="exact / calls (1.0 when there are no calls).")
+    outcome_agree: int = Field(description="Runs whose evaluation equals the recorded reward.")
+    skipped: int = Field(description="Runs of environments that cannot be replayed.")
+    skipped_environments: list[str] = Field(description="Those environments.")
+    mismatches: list[Mismatch] = Field(description="Every differing call or outcome.")
+
+
+def replayable(trajectory: Trajectory) -> bool:
+    return bool(trajectory.task.environment) and trajectory.task.environment in ENVIRONMENTS.names()
+
+
+def replay_many(trajectories: Iterable[Trajectory], explicit: bool = False) -> ReplaySummary:
+    """Replay every run; with `explicit`, a run that cannot be replayed is an error."""
+    reports: list[RunReplay] = []
+    skipped: list[str] = []
+    for trajectory in trajectories:
+        if not replayable(trajectory):
+            if explicit:
+                make_env(trajectory)  # raises the one-line reason
+            skipped.append(trajectory.task.environment or "(none)")
+            continue
+        reports.append(replay_run(trajectory))
+    if not reports:
+        raise UserError(
+            "no replayable runs selected"
+            + (f" (skipped environments: {', '.join(sorted(set(skipped)))})" if skipped else "")
+        )
+    calls = sum(r.calls for r in reports)
+    exact = sum(r.exact for r in reports)
+    return ReplaySummary(
+        runs=len(reports),
+        calls=calls,
+        exact=exact,
+        exact_ratio=exact / calls if calls else 1.0,
+        outcome_agree=sum(r.outcome_agree for r in reports),
+        skipped=len(skipped),
+        skipped_environments=sorted(set(skipped)),
+        mismatches=[m for r in reports for m in r.mismatches],
     )

@@ -11,7 +11,8 @@ Where the prefix stops matters:
 - after the system prompt only: the user opens the conversation first;
 - after an assistant message with tool calls that the prefix does not answer: those calls
   are executed first (the child's message `at` is their result);
-- after an assistant message without tool calls: the user replies first.
+- after an assistant message without tool calls: the user replies first;
+- after the user's stop message: nothing runs, the child is judged as it is.
 """
 
 from __future__ import annotations
@@ -75,7 +76,7 @@ def fork(
     child = prefix_child(parent, at, policy, options)
     if hasattr(env, "bind_conversation"):
         env.bind_conversation(child.messages)
-    stopped = _prepare_turn(env, child, user)
+    stopped = prepare_turn(env, child, user)
     if stopped:
         return finish_stopped(env, child)
     return run_episode(
@@ -104,7 +105,7 @@ def prefix_child(parent: Trajectory, at: int, policy: Policy, options: ForkOptio
     )
 
 
-def _prepare_turn(env: Environment, child: Trajectory, user: UserSimulator | None) -> bool:
+def prepare_turn(env: Environment, child: Trajectory, user: UserSimulator | None) -> bool:
     """Bring the child to a point where the policy acts next; True when the user stopped."""
     if not child.messages:
         child.messages.extend(env.reset(child.task))
@@ -112,6 +113,8 @@ def _prepare_turn(env: Environment, child: Trajectory, user: UserSimulator | Non
     if not child.tools:
         child.tools = env.tools
     last = child.messages[-1]
+    if last.role == "user" and USER_STOP in last.text():
+        return True
     if last.role == "system" and user is not None:
         child.messages.append(_opening(user, child))
     elif last.role == "assistant" and last.tool_calls:

@@ -14,6 +14,7 @@ the solver continues from the identical state in a fresh environment.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from pydantic import BaseModel, Field
 
@@ -22,7 +23,8 @@ from trajforge.envs import ENVIRONMENTS
 from trajforge.envs.base import Environment, Oracle
 from trajforge.errors import EpisodeEnd, UserError
 from trajforge.rollout.episode import Limits, run_episode
-from trajforge.rollout.fork import _prepare_turn
+from trajforge.rollout.fork import prepare_turn
+from trajforge.rollout.policy_factory import AgentSpec, build_agents
 from trajforge.schema import Source, Task, Trajectory
 
 AgentFactory = Callable[[int], tuple[Policy, UserSimulator]]
@@ -94,7 +96,7 @@ def start_conversation(
     trajectory = Trajectory(task=task, source=source, messages=env.reset(task), tools=env.tools)
     if hasattr(env, "bind_conversation"):
         env.bind_conversation(trajectory.messages)
-    _prepare_turn(env, trajectory, user)
+    prepare_turn(env, trajectory, user)
     return trajectory
 
 
@@ -192,3 +194,70 @@ def evaluate_handoff(
         end_to_end=sum(r.success for r in runs) / len(runs),
         runs=runs,
     )
+
+
+class HandoffMatrix(BaseModel):
+    """Every reacher × solver pair over the same tasks."""
+
+    env: str
+    k: int
+    at: int | None
+    tasks: int
+    results: list[HandoffResult]
+
+    def cell(self, reacher: str, solver: str) -> HandoffResult:
+        return next(r for r in self.results if r.reacher == reacher and r.solver == solver)
+
+    def to_json(self) -> dict[str, Any]:
+        """Summary keys (reach, solve, end_to_end: of the only pair, or per pair in `matrix`)."""
+        pairs = [r.model_dump(exclude={"runs"}) for r in self.results]
+        data: dict[str, Any] = {"env": self.env, "k": self.k, "at": self.at, "tasks": self.tasks}
+        if len(self.results) == 1:
+            only = self.results[0]
+            data |= {"reach": only.reach, "solve": only.solve, "end_to_end": only.end_to_end}
+        data["matrix"] = pairs
+        data["runs"] = {
+            f"{r.reacher}->{r.solver}": [run.model_dump() for run in r.runs] for r in self.results
+        }
+        return data
+
+
+def task_list(env_name: str, count: int | None, seed: int = 0) -> list[Task]:
+    """Tasks of an environment that offers a task set (`tasks(count, seed)`)."""
+    env = ENVIRONMENTS.get(env_name)()
+    if not callable(getattr(env, "tasks", None)):
+        raise UserError(f"environment '{env_name}' offers no task set for handoff")
+    return list(env.tasks(count, seed))
+
+
+def run_matrix(
+    env_name: str,
+    reachers: Sequence[str],
+    solvers: Sequence[str],
+    specs: dict[str, AgentSpec],
+    config: HandoffConfig,
+    count: int | None = None,
+) -> HandoffMatrix:
+    """Handoff for every reacher × solver pair of policy names (built from `specs`)."""
+    tasks = task_list(env_name, count)
+    results = []
+    for reacher in reachers:
+        for solver in solvers:
+            results.append(
+                evaluate_handoff(
+                    env_name,
+                    tasks,
+                    _factory(specs[reacher]),
+                    _factory(specs[solver]),
+                    config,
+                    names=(reacher, solver),
+                )
+            )
+    return HandoffMatrix(env=env_name, k=config.k, at=config.at, tasks=len(tasks), results=results)
+
+
+def _factory(spec: AgentSpec) -> AgentFactory:
+    """Fresh agents per run; the noisy expert's seed advances with the run index."""
+    if spec.policy == "replay":
+        raise UserError("the replay policy continues a stored run: use it with fork, not handoff")
+    return lambda index: build_agents(spec.model_copy(update={"seed": spec.seed + index}))

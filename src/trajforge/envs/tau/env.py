@@ -196,6 +196,12 @@ class TauEnv:
                 return action
         return None
 
+    def tasks(self, count: int | None = None, seed: int = 0) -> list[Task]:
+        """The bundled tasks of this environment (it is its own `TaskSet`)."""
+        from trajforge.envs.tau.tasks import TauTaskSet
+
+        return TauTaskSet(self.name).tasks(count, seed)
+
     def user_facts(self) -> dict[str, str]:
         """What the task's user can say about themselves (for the scripted user)."""
         user_id = str((self.task.data if self.task else {}).get("user_id") or "")

@@ -1,0 +1,192 @@
+"""`trajforge replay`, `trajforge fork` and `trajforge handoff`: runs inside environments."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from trajforge.cli.common import (
+    DbOption,
+    EnvOption,
+    HarnessOption,
+    JsonOption,
+    LimitOption,
+    ModelOption,
+    OutcomeOption,
+    TaskOption,
+    console,
+    make_filter,
+    open_store,
+    print_json,
+)
+from trajforge.envs.replay import ReplaySummary, replay_many
+from trajforge.errors import UserError
+from trajforge.models.openai_compat import OpenAIModelConfig
+from trajforge.rollout.episode import Limits
+from trajforge.rollout.fork import ForkOptions, check_fork_index, fork, fork_summary
+from trajforge.rollout.handoff import HandoffConfig, HandoffMatrix, run_matrix
+from trajforge.rollout.policy_factory import AgentSpec, build_agents
+
+PolicyArg = Annotated[
+    str, typer.Option("--policy", help="expert, noisy-expert, replay, llm, or module:Class.")
+]
+SeedArg = Annotated[int, typer.Option("--seed", help="Seed of the noisy expert's mistakes.")]
+ErrorRateArg = Annotated[
+    float, typer.Option("--error-rate", min=0.0, max=1.0, help="noisy-expert: error rate.")
+]
+UserArg = Annotated[str, typer.Option("--user", help="User simulator: scripted or llm.")]
+MaxStepsArg = Annotated[int, typer.Option("--max-steps", min=1, help="Assistant steps at most.")]
+BaseUrlArg = Annotated[
+    str | None, typer.Option("--base-url", help="llm: endpoint URL ($TRAJFORGE_BASE_URL).")
+]
+LlmModelArg = Annotated[
+    str | None, typer.Option("--llm-model", help="llm: model name ($TRAJFORGE_MODEL).")
+]
+ApiKeyArg = Annotated[
+    str | None, typer.Option("--api-key", help="llm: API key ($TRAJFORGE_API_KEY).")
+]
+
+
+def replay_command(
+    ids: Annotated[list[str] | None, typer.Argument(help="Trajectory ids (default: all).")] = None,
+    db: DbOption = None,
+    harness: HarnessOption = None,
+    model: ModelOption = None,
+    env: EnvOption = None,
+    task: TaskOption = None,
+    outcome: OutcomeOption = None,
+    limit: LimitOption = None,
+    json_out: JsonOption = False,
+) -> None:
+    """Re-execute the tool calls of stored runs; compare outputs and outcomes (fidelity)."""
+    flt = make_filter(harness, model, env, task, outcome, limit, ids)
+    with open_store(db) as store:
+        summary = replay_many(store.query(flt), explicit=bool(ids))
+    if json_out:
+        print_json(summary.model_dump(mode="json"))
+        return
+    _print_replay(summary)
+
+
+def _print_replay(summary: ReplaySummary) -> None:
+    table = Table(title="replay fidelity")
+    for column in ("runs", "calls", "exact", "exact %", "outcome agree", "skipped"):
+        table.add_column(column, justify="right")
+    ratio = f"{100 * summary.exact_ratio:.2f}" if summary.calls else "-"
+    table.add_row(
+        str(summary.runs),
+        str(summary.calls),
+        str(summary.exact),
+        ratio,
+        f"{summary.outcome_agree}/{summary.runs}",
+        str(summary.skipped),
+    )
+    console.print(table)
+    for mismatch in summary.mismatches:
+        where = "outcome" if mismatch.message_index is None else f"@{mismatch.message_index}"
+        console.print(
+            f"{mismatch.trajectory_id[:12]} {where} {mismatch.tool or ''}: {mismatch.reason}",
+            markup=False,
+        )
+
+
+def fork_command(
+    traj_id: Annotated[str, typer.Argument(help="Parent trajectory id or unique prefix.")],
+    at: Annotated[int, typer.Option("--at", help="Keep the parent's first N messages.")],
+    policy: PolicyArg = "expert",
+    seed: SeedArg = 0,
+    error_rate: ErrorRateArg = 0.2,
+    user: UserArg = "scripted",
+    max_steps: MaxStepsArg = 50,
+    base_url: BaseUrlArg = None,
+    llm_model: LlmModelArg = None,
+    api_key: ApiKeyArg = None,
+    db: DbOption = None,
+    json_out: JsonOption = False,
+) -> None:
+    """Fork a stored run at message N and continue it with a policy; stores the child."""
+    spec = _spec(policy, seed, error_rate, user, base_url, llm_model, api_key)
+    with open_store(db) as store:
+        parent = store.get(traj_id)
+        check_fork_index(parent, at)
+        agents = build_agents(spec, parent=parent, at=at)
+        options = ForkOptions(limits=Limits(max_steps=max_steps))
+        child = fork(parent, at, agents[0], user=agents[1], options=options)
+        with store.transaction():
+            store.add(child)
+    summary = fork_summary(child)
+    if json_out:
+        print_json(summary)
+        return
+    console.print(
+        f"forked {summary['parent'][:12]} at {at} with {policy}: child {child.id} "
+        f"({summary['n_messages']} messages, success={summary['success']}, "
+        f"{summary['termination_reason']})",
+        markup=False,
+    )
+
+
+def _spec(
+    policy: str,
+    seed: int,
+    error_rate: float,
+    user: str,
+    base_url: str | None,
+    llm_model: str | None,
+    api_key: str | None,
+) -> AgentSpec:
+    if user not in ("scripted", "llm"):
+        raise UserError(f"--user must be 'scripted' or 'llm', got '{user}'")
+    llm = OpenAIModelConfig(base_url=base_url, model=llm_model, api_key=api_key)
+    return AgentSpec(policy=policy, seed=seed, error_rate=error_rate, user=user, llm=llm)
+
+
+def handoff_command(
+    env: Annotated[str, typer.Option("--env", help="Environment (tau-retail, tau-airline...).")],
+    reacher: Annotated[list[str], typer.Option("--reacher", help="Reacher policy (repeat).")],
+    solver: Annotated[list[str], typer.Option("--solver", help="Solver policy (repeat).")],
+    k: Annotated[int, typer.Option("--k", min=0, help="Hand off within k actions of success.")] = 1,
+    at: Annotated[int | None, typer.Option("--at", help="Hand off after N reacher steps.")] = None,
+    tasks: Annotated[
+        int | None, typer.Option("--tasks", help="First N tasks (default all).")
+    ] = None,
+    seed: SeedArg = 0,
+    error_rate: ErrorRateArg = 0.2,
+    max_steps: MaxStepsArg = 50,
+    base_url: BaseUrlArg = None,
+    llm_model: LlmModelArg = None,
+    api_key: ApiKeyArg = None,
+    json_out: JsonOption = False,
+) -> None:
+    """REACH / SOLVE / end-to-end of reacher → solver handoffs over an environment's tasks."""
+    specs = {
+        name: _spec(name, seed, error_rate, "scripted", base_url, llm_model, api_key)
+        for name in [*reacher, *solver]
+    }
+    config = HandoffConfig(k=k, at=at, limits=Limits(max_steps=max_steps))
+    matrix = run_matrix(env, reacher, solver, specs, config, tasks)
+    if json_out:
+        print_json(matrix.to_json())
+        return
+    _print_matrix(matrix)
+
+
+def _print_matrix(matrix: HandoffMatrix) -> None:
+    point = f"at step {matrix.at}" if matrix.at is not None else f"k={matrix.k}"
+    table = Table(title=f"handoff on {matrix.env} ({matrix.tasks} tasks, {point})")
+    table.add_column("reacher \\ solver")
+    solvers = list(dict.fromkeys(r.solver for r in matrix.results))
+    for solver in solvers:
+        table.add_column(solver, justify="right")
+    for reacher in dict.fromkeys(r.reacher for r in matrix.results):
+        cells = [_cell(matrix.cell(reacher, solver)) for solver in solvers]
+        table.add_row(reacher, *cells)
+    console.print(table)
+    console.print("cells: REACH / SOLVE / end-to-end success")
+
+
+def _cell(result: Any) -> str:
+    solve = "-" if result.solve is None else f"{result.solve:.2f}"
+    return f"{result.reach:.2f} / {solve} / {result.end_to_end:.2f}"
