@@ -33,6 +33,12 @@ SYSTEM_PROMPT = (
 )
 UNITTEST = [sys.executable, "-I", "-S", "-m", "unittest", "discover", "-t", "."]
 _TASK_ID = re.compile(r"^swe-(?P<seed>\d+)$")
+_TIMING = re.compile(r"(Ran \d+ tests?) in [\d.]+s")
+
+
+def _untimed(output: str) -> str:
+    """Test output without its timing, so equal runs give equal text."""
+    return _TIMING.sub(r"\1", output)
 
 
 def _tool(name: str, description: str, **params: str) -> dict[str, Any]:
@@ -186,7 +192,7 @@ class SweEnv:
     def _run_tests(self) -> StepResult:
         result = run_sandboxed([*UNITTEST, "-s", "tests"], self.workspace, self.config.sandbox)
         self.tested_since_change = True
-        return StepResult(content=result.output, error=result.exit_code != 0)
+        return StepResult(content=_untimed(result.output), error=result.exit_code != 0)
 
     # -- judging, snapshots, oracle -------------------------------------------------------
     def evaluate(self) -> Outcome:
@@ -198,7 +204,7 @@ class SweEnv:
             (judge / "hidden_tests" / "test_hidden.py").write_text(self.repo.hidden_tests)
             result = run_sandboxed([*UNITTEST, "-s", "hidden_tests"], judge, self.config.sandbox)
         success = result.exit_code == 0
-        details = {"hidden_tests": result.output[-2000:]}
+        details = {"hidden_tests": _untimed(result.output)[-2000:]}
         return Outcome(
             success=success, reward=float(success), judged_by="hidden-tests", details=details
         )
