@@ -30,7 +30,11 @@ from trajforge.errors import UserError
 
 MethodOption = Annotated[
     str,
-    typer.Option("--method", help="counterfactual (forkable runs), heuristic, or llm."),
+    typer.Option(
+        "--method",
+        help="counterfactual (forkable runs), heuristic, llm, or auto (counterfactual where "
+        "forkable, heuristic elsewhere).",
+    ),
 ]
 IdsOption = Annotated[
     list[str] | None, typer.Option("--id", help="Only these trajectory ids (or prefixes).")

@@ -77,8 +77,13 @@ def excerpt(text: str, limit: int = 160) -> str:
 
 
 def gold_actions(traj: Trajectory) -> list[dict[str, Any]] | None:
-    """The task's gold actions `[{name, kwargs}]` when the source recorded them."""
+    """The task's gold actions as `[{name, kwargs}]` when the source recorded them (tau-bench
+    writes `kwargs`, tau2-bench `arguments`)."""
     gold = traj.task.gold
-    if isinstance(gold, dict) and isinstance(gold.get("actions"), list):
-        return [a for a in gold["actions"] if isinstance(a, dict) and "name" in a]
-    return None
+    if not isinstance(gold, dict) or not isinstance(gold.get("actions"), list):
+        return None
+    return [
+        {"name": a["name"], "kwargs": a.get("kwargs") or a.get("arguments") or {}}
+        for a in gold["actions"]
+        if isinstance(a, dict) and "name" in a
+    ]

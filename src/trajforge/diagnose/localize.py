@@ -38,7 +38,29 @@ class HeuristicLocalizer:
         return localize_heuristic(traj)
 
 
+class AutoLocalizer:
+    """Counterfactual where the run is forkable, heuristics elsewhere (mixed stores)."""
+
+    name = "auto"
+
+    def __init__(self) -> None:
+        from trajforge.diagnose.counterfactual import CounterfactualLocalizer
+
+        self.counterfactual = CounterfactualLocalizer()
+        self.heuristic = HeuristicLocalizer()
+
+    def check(self, traj: Trajectory) -> None:
+        return None
+
+    def localize(self, traj: Trajectory) -> Diagnosis | None:
+        from trajforge.diagnose.forking import forkable
+
+        chosen = self.counterfactual if forkable(traj) else self.heuristic
+        return chosen.localize(traj)
+
+
 LOCALIZERS: Registry[type] = Registry("diagnosis method")
 LOCALIZERS.register("heuristic", "trajforge.diagnose.localize:HeuristicLocalizer")
 LOCALIZERS.register("llm", "trajforge.diagnose.judge:LLMJudge")
 LOCALIZERS.register("counterfactual", "trajforge.diagnose.counterfactual:CounterfactualLocalizer")
+LOCALIZERS.register("auto", "trajforge.diagnose.localize:AutoLocalizer")

@@ -7,9 +7,10 @@ in one transaction, so a bad input leaves the store as it was.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from typing import get_args
 
 from trajforge.diagnose.localize import LOCALIZERS, Localizer
-from trajforge.diagnose.model import Diagnosis, Verification
+from trajforge.diagnose.model import Diagnosis, Method, Verification
 from trajforge.diagnose.storage import save_diagnoses
 from trajforge.diagnose.verify import verify_by_evidence
 from trajforge.errors import UserError
@@ -58,7 +59,7 @@ def diagnose_run(traj: Trajectory, localizer: Localizer) -> Diagnosis:
     if diagnosis is None:
         diagnosis = Diagnosis(
             trajectory_id=traj.id,
-            method=localizer.name,  # type: ignore[arg-type]
+            method=localizer.name if localizer.name in get_args(Method) else "heuristic",
             step=None,
             explanation="the method found no decisive error in this run",
         )

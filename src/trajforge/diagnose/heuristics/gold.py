@@ -24,9 +24,9 @@ from trajforge.diagnose.model import Correction, Diagnosis, Evidence
 from trajforge.schema import ToolCall, Trajectory
 
 AUTH_TOOLS = ("find_user_id_by_email", "find_user_id_by_name_zip", "get_user_details")
-AUTH_ENVS = {"tau-retail"}
+AUTH_ENVS = {"tau-retail", "tau2-retail"}
 """Domains whose policy requires authenticating the user (by email, or name and zip)."""
-TAU_ENVS = {"tau-retail", "tau-airline", "tau"}
+TAU_ENVS = {"tau-retail", "tau-airline", "tau", "tau2-retail", "tau2-airline"}
 
 
 def gold_call(action: dict[str, Any], call_id: str = "correction") -> ToolCall:
