@@ -74,6 +74,7 @@ def show_stats(ctx: DemoContext) -> None:
 STEPS: list[tuple[str, DemoStep | str]] = [
     ("Import the bundled real trajectories", import_sample),
     ("Stats report", show_stats),
+    ("Error-to-training: diagnose failures, write views", "trajforge.diagnose.demo:demo_step"),
 ]
 
 _STEP_PATHS: Registry[DemoStep] = Registry("demo step")
