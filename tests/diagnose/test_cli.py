@@ -93,3 +93,22 @@ def test_views_command_writes_loadable_files(db: Path, tmp_path: Path) -> None:
     code, out = _invoke("diagnose", "views", "--db", str(db), "--out", str(tmp_path), "--json")
     assert code == 0
     assert orjson.loads(out)["diagnosis_items"] == orjson.loads(out)["verified_runs"]
+
+
+def test_llm_method_over_mock_server(db: Path) -> None:
+    from trajforge.diagnose.judge import REPORT_TOOL
+    from trajforge.models.mock_server import MockOpenAIServer
+
+    with Store(db) as store:
+        run = next(r for r in store.rows() if r.environment == "who-and-when")
+    report = {"step": 0, "category": "wrong_plan", "explanation": "[0] plans badly"}
+    reply = {"tool_calls": [{"name": REPORT_TOOL, "arguments": report}]}
+    with MockOpenAIServer([reply]) as server:
+        code, out = _invoke(
+            "diagnose", "--db", str(db), "--id", run.id, "--method", "llm",
+            "--base-url", server.base_url, "--llm-model", "judge", "--json",
+        )  # fmt: skip
+    assert code == 0, out
+    (listed,) = orjson.loads(out)
+    assert (listed["step"], listed["category"], listed["method"]) == (0, "wrong_plan", "llm")
+    assert listed["verified"] is False  # no correction proposed: nothing verified
