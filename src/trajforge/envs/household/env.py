@@ -28,6 +28,7 @@ SYSTEM_PROMPT = (
     "and close them, take and put objects, and clean, heat or cool what you hold. You can "
     "hold one object at a time. Reply without a tool call when the task is done."
 )
+_READ_ONLY = frozenset({"examine", "look", "inventory"})
 _TASK_ID = re.compile(r"^household-d(?P<difficulty>[123])-(?P<seed>\d+)$")
 _TREATED = {
     "clean": ("clean", "sinkbasin"),
@@ -68,6 +69,8 @@ class HouseholdEnv:
         self.goal: Goal | None = None
         self.state: State | None = None
         self._handlers = {name: getattr(self, f"_do_{name}") for name in TOOL_NAMES}
+        self._plan: list[oracle.Action] | None = None
+        self._planned = False
 
     # -- task generation -------------------------------------------------------------
     def tasks(self, count: int | None = None, seed: int = 0) -> list[Task]:
@@ -102,6 +105,7 @@ class HouseholdEnv:
         data = task.data if "world_seed" in task.data else self.task_by_id(task.id).data
         world = generate_world(int(data["world_seed"]), int(data["difficulty"]))
         self.layout, self.goal, self.state = world.layout, world.goal, world.initial.copy()
+        self._planned = False
         intro = f"Your task is to: {self.goal.text()}.\n{self._describe_room()}"
         return [Message(role="system", content=SYSTEM_PROMPT), Message(role="user", content=intro)]
 
@@ -116,6 +120,7 @@ class HouseholdEnv:
             return StepResult(content=str(exc), error=True)
         except orjson.JSONDecodeError:
             return StepResult(content="Arguments are not valid JSON.", error=True)
+        self._advance_plan(call.name, args)
         return StepResult(content=content, done=goal_met(self.layout, self.state, self.goal))
 
     def evaluate(self) -> Outcome:
@@ -123,19 +128,37 @@ class HouseholdEnv:
         return Outcome(success=success, reward=float(success), judged_by="household-goal")
 
     def snapshot(self) -> Any:
-        return (self.layout, self.goal, self.state.copy())
+        plan = self._plan if self._planned else False
+        return (self.layout, self.goal, self.state.copy(), plan)
 
     def restore(self, state: Any) -> None:
-        self.layout, self.goal, saved = state
+        self.layout, self.goal, saved, plan = state
         self.state = saved.copy()
+        self._planned = plan is not False
+        self._plan = plan if self._planned else None
 
     # -- oracle ---------------------------------------------------------------------------
+    def _current_plan(self) -> list[oracle.Action] | None:
+        """The oracle's plan, kept while the agent follows it (its rest stays optimal)."""
+        if not self._planned:
+            self._plan = oracle.plan(self.layout, self.state, self.goal)
+            self._planned = True
+        return self._plan
+
+    def _advance_plan(self, name: str, args: dict) -> None:
+        if name in _READ_ONLY:
+            return
+        if self._planned and self._plan and self._plan[0] == (name, args):
+            self._plan = self._plan[1:]
+        else:
+            self._planned = False
+
     def distance(self) -> int | None:
-        plan = oracle.plan(self.layout, self.state, self.goal)
+        plan = self._current_plan()
         return None if plan is None else len(plan)
 
     def expert_action(self) -> ToolCall | None:
-        plan = oracle.plan(self.layout, self.state, self.goal)
+        plan = self._current_plan()
         if not plan:
             return None
         name, args = plan[0]
