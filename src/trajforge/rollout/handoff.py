@@ -50,8 +50,9 @@ class HandoffRun(BaseModel):
     distance_at_handoff: int | None
     solved: bool | None = Field(description="Solver success from the handoff (None: not reached).")
     success: bool = Field(description="End-to-end success.")
-    reacher_id: str | None = None
-    solver_id: str | None = None
+    state_hash: str | None = Field(
+        default=None, description="Hash of the cloned state the solver started from."
+    )
 
 
 class HandoffResult(BaseModel):
@@ -142,6 +143,7 @@ def _solve_from(env, env_name, task, reached_traj, solver, config):
     solver_env = ENVIRONMENTS.get(env_name)()
     solver_env.reset(task)
     solver_env.restore(env.snapshot())
+    state_hash = solver_env.state_hash() if hasattr(solver_env, "state_hash") else None
     history = reached_traj.model_copy(deep=True)
     history.source = Source(
         harness="trajforge-handoff", model=getattr(solver[0], "name", None), run="solver"
@@ -163,6 +165,7 @@ def _solve_from(env, env_name, task, reached_traj, solver, config):
         distance_at_handoff=distance,
         solved=solved,
         success=solved,
+        state_hash=state_hash,
     )
     return run, reached_traj, solved_traj
 

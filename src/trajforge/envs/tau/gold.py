@@ -64,8 +64,20 @@ class Gold:
         for size in range(len(self.effective) - 1, 0, -1):
             for subset in itertools.combinations(self.effective, size):
                 if self._state(subset) == current:
-                    return subset
+                    return subset if self._completes(current, subset) else None
         return None
+
+    def _completes(self, current: dict[Key, Record], done: tuple[int, ...]) -> bool:
+        """Whether the missing writes, done now in gold order, still reach the gold state
+        (an out-of-order write can block a later one: a modified order is no longer
+        pending, say)."""
+        db = TauDB(self.domain, self.address_key)
+        db.overlay = dict(current)  # shared records: the first edit of each copies it
+        for index in self.effective:
+            if index not in done:
+                action = self.actions[index]
+                run_tool(self.tools, db, action.name, action.arguments)
+        return db.changes() == self.final
 
     def _state(self, subset: tuple[int, ...]) -> dict[Key, Record]:
         if subset not in self._states:

@@ -1,0 +1,220 @@
+"""Forking real tau runs: identical state at the fork point, policies, CLI, bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from trajforge.agents import ExpertPolicy, LLMPolicy
+from trajforge.agents.base import EpisodeState, PolicyStep
+from trajforge.agents.user_sim import ScriptedUser
+from trajforge.cli.main import app
+from trajforge.envs.replay import make_env, replay_to
+from trajforge.envs.tau import TauRetailEnv, bundled_tasks
+from trajforge.importers.tau_bench import TauBenchImporter
+from trajforge.models.scripted import ScriptedModel
+from trajforge.rollout.episode import run_episode
+from trajforge.rollout.fork import fork
+from trajforge.rollout.handoff import start_conversation
+from trajforge.rollout.policy_factory import AgentSpec, build_agents
+from trajforge.schema import Message, Source, ToolCall, Trajectory
+from trajforge.store import Store
+
+RETAIL_RUNS = "agentrx/tau-retail/tau_dataset_full.json"
+
+
+@pytest.fixture(scope="module")
+def retail_runs(shared_data: Path) -> list[Trajectory]:
+    return [t.with_id() for t in TauBenchImporter().read(shared_data / RETAIL_RUNS)]
+
+
+class _HashProbe:
+    """The expert, recording the live state hash each time it is asked to act."""
+
+    name = "probe"
+
+    def __init__(self) -> None:
+        self.expert = ExpertPolicy()
+        self.seen: dict[int, str] = {}
+
+    def act(self, state: EpisodeState) -> PolicyStep:
+        self.seen[len(state.messages)] = state.env.state_hash()
+        return self.expert.act(state)
+
+
+def test_replayed_state_equals_the_live_state_at_every_step() -> None:
+    task = next(t for t in bundled_tasks("tau-retail") if len(t.gold["actions"]) >= 5)
+    live_env, probe, user = TauRetailEnv(), _HashProbe(), ScriptedUser()
+    start = start_conversation(live_env, task, user, Source(harness="test"))
+    live = run_episode(live_env, probe, task, user=user, trajectory=start).with_id()
+    assert live.success and len(set(probe.seen.values())) > 1
+    fresh = make_env(live)
+    for n, live_hash in probe.seen.items():
+        replay_to(fresh, live, n)
+        assert fresh.state_hash() == live_hash, n
+    at = sorted(probe.seen)[len(probe.seen) // 2]
+    child = fork(live, at, ExpertPolicy(), user=ScriptedUser())
+    assert child.messages[:at] == live.messages[:at]
+    replay_to(fresh, child, at)
+    assert fresh.state_hash() == probe.seen[at]
+    assert child.success
+
+
+def test_expert_fork_of_failed_runs(retail_runs: list[Trajectory]) -> None:
+    """At the midpoint the expert can still rescue a run; at the end only when no wrong
+    write has happened (the oracle's distance is not None)."""
+    failed = [t for t in retail_runs if t.success is False]
+    assert len(failed) == 27
+    for parent in failed:
+        at = len(parent.messages) // 2
+        child = fork(parent, at, ExpertPolicy(), user=ScriptedUser())
+        assert [m.content for m in child.messages[:at]] == [m.content for m in parent.messages[:at]]
+        assert child.parent.trajectory_id == parent.id and child.parent.message_index == at
+        assert child.success
+        end = len(parent.messages) - (parent.messages[-1].role == "user")
+        env = make_env(parent)
+        replay_to(env, parent, end)
+        env.bind_conversation(parent.messages[:end])
+        reachable = env.distance() is not None
+        late = fork(parent, end, ExpertPolicy(), user=ScriptedUser())
+        assert late.success == reachable, parent.id
+
+
+def test_replay_fork_reproduces_the_parent(retail_runs: list[Trajectory]) -> None:
+    for parent in retail_runs[:8]:
+        at = len(parent.messages) // 2
+        policy, user = build_agents(AgentSpec(policy="replay"), parent=parent, at=at)
+        child = fork(parent, at, policy, user=user)
+        assert [m.text() for m in child.messages] == [m.text() for m in parent.messages]
+        assert child.outcome.reward == parent.outcome.reward
+
+
+def _gold_script(task) -> list[Message]:
+    calls = [
+        Message(
+            role="assistant",
+            tool_calls=[ToolCall(id=f"c{i}", name=a["name"], arguments=json.dumps(a["kwargs"]))],
+        )
+        for i, a in enumerate(task.gold["actions"])
+    ]
+    return [
+        *calls,
+        Message(role="assistant", content="All done: " + ", ".join(task.gold["outputs"])),
+    ]
+
+
+def test_llm_policy_fork_with_the_scripted_model(retail_runs: list[Trajectory]) -> None:
+    parent = next(t for t in retail_runs if t.success is False)
+    child = fork(
+        parent, 2, LLMPolicy(ScriptedModel(_gold_script(parent.task))), user=ScriptedUser()
+    )
+    assert child.success
+    assert child.llm_calls and child.llm_calls[0].message_index == 2
+
+
+def test_llm_policy_fork_through_the_mock_openai_server(retail_runs: list[Trajectory]) -> None:
+    from trajforge.models.mock_server import MockOpenAIServer
+
+    parent = next(t for t in retail_runs if t.success is False)
+    script = [
+        {"tool_calls": [{"name": a["name"], "arguments": a["kwargs"]}]}
+        for a in parent.task.gold["actions"]
+    ] + ["Everything is done. " + ", ".join(parent.task.gold["outputs"])]
+    with MockOpenAIServer(script=script) as server:
+        spec = AgentSpec(policy="llm", llm={"base_url": server.base_url, "model": "mock"})
+        policy, user = build_agents(spec)
+        child = fork(parent, 2, policy, user=user)
+        assert len(server.requests) == len(script)
+        assert server.requests[0]["tools"]  # the tau tool schemas were offered
+    assert child.success
+    assert all(call.model for call in child.llm_calls)
+
+
+def _invoke(*args: str):
+    return CliRunner().invoke(app, list(args))
+
+
+@pytest.fixture(scope="module")
+def tau_db(shared_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    db = tmp_path_factory.mktemp("fork") / "t.db"
+    result = _invoke("import", str(shared_data / RETAIL_RUNS), "--db", str(db))
+    assert result.exit_code == 0, result.output
+    return db
+
+
+def test_cli_fork_stores_a_child_that_names_its_parent(tau_db: Path) -> None:
+    with Store(tau_db) as store:
+        parent = next(t for t in store.query() if t.success is False and t.parent is None)
+    at = len(parent.messages) // 2
+    result = _invoke(
+        "fork", parent.id, "--at", str(at), "--policy", "expert", "--db", str(tau_db), "--json"
+    )
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    assert (summary["parent"], summary["at"]) == (parent.id, at)
+    assert isinstance(summary["success"], bool)
+    shown = json.loads(_invoke("show", summary["id"], "--db", str(tau_db), "--json").stdout)
+    assert shown["parent"] == {"trajectory_id": parent.id, "message_index": at}
+
+
+def test_cli_noisy_expert_fork_is_seeded(tau_db: Path) -> None:
+    with Store(tau_db) as store:
+        parent = next(t for t in store.query() if t.parent is None)
+    args = [
+        "fork",
+        parent.id,
+        "--at",
+        "2",
+        "--policy",
+        "noisy-expert",
+        "--seed",
+        "5",
+        "--error-rate",
+        "0.5",
+        "--db",
+        str(tau_db),
+        "--json",
+    ]
+    first, second = (json.loads(_invoke(*args).stdout)["id"] for _ in range(2))
+    with Store(tau_db) as store:
+        runs = [store.get(first), store.get(second)]
+    assert runs[0].messages == runs[1].messages  # same seed, same mistakes
+    assert runs[0].labels == runs[1].labels
+
+
+def _assert_refused(db: Path, args: list[str], message: str, store_option: bool = True) -> None:
+    with Store(db) as store:
+        before = store.count()
+    result = _invoke(*args, *(["--db", str(db)] if store_option else []))
+    assert result.exit_code == 1
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], result.output
+    with Store(db) as store:
+        assert store.count() == before
+
+
+def test_cli_bad_fork_input_is_one_line_and_stores_nothing(tau_db: Path, shared_data: Path) -> None:
+    with Store(tau_db) as store:
+        parent = next(t for t in store.query() if t.parent is None)
+    end = len(parent.messages)
+    _assert_refused(tau_db, ["fork", parent.id, "--at", str(end + 1)], "past the end")
+    _assert_refused(
+        tau_db, ["fork", parent.id, "--at", "2", "--policy", "bogus"], "unknown policy 'bogus'"
+    )
+    _assert_refused(tau_db, ["fork", "nosuchid", "--at", "2"], "nosuchid")
+    swe = (
+        shared_data / "swe-bench-verified/mini-swe-agent_gemini-3-pro/trajs/astropy__astropy-13033"
+    )
+    assert _invoke("import", str(swe), "--db", str(tau_db)).exit_code == 0
+    with Store(tau_db) as store:
+        swe_run = next(t for t in store.query() if t.source.harness == "mini-swe-agent")
+    _assert_refused(tau_db, ["fork", swe_run.id, "--at", "2"], "cannot be replayed")
+    _assert_refused(
+        tau_db,
+        ["handoff", "--env", "bogus", "--reacher", "expert", "--solver", "expert"],
+        "unknown environment 'bogus'",
+        store_option=False,
+    )
