@@ -161,9 +161,16 @@ def eval_command(
     base_url: BaseUrlOption = None,
     llm_model: LlmModelOption = None,
     judge_mode: JudgeModeOption = "all-at-once",
+    fresh: Annotated[
+        bool, typer.Option("--fresh", help="Ignore stored diagnoses; diagnose again.")
+    ] = False,
     json_out: JsonOption = False,
 ) -> None:
-    """Score localization against the stored labels, beside constant baselines."""
+    """Score localization against the stored labels, beside constant baselines.
+
+    Stored diagnoses of the method are scored; runs without one (or all, with --fresh) are
+    diagnosed on the fly, without storing.
+    """
     guarded(_eval)(
         db,
         make_filter(harness, model, env, task, None, limit, ids),
@@ -171,18 +178,20 @@ def eval_command(
         base_url,
         llm_model,
         judge_mode,
+        fresh,
         json_out,
     )
 
 
-def _eval(db, flt, method, base_url, llm_model, judge_mode, json_out) -> None:
+def _eval(db, flt, method, base_url, llm_model, judge_mode, fresh, json_out) -> None:
     from trajforge.diagnose.eval import evaluate
     from trajforge.diagnose.run import diagnose_runs, select_failures
     from trajforge.diagnose.storage import load_diagnoses
 
     with open_store(db) as store:
         runs = select_failures(store, flt)
-        stored = {d.trajectory_id: d for d in load_diagnoses(store, [t.id for t in runs], method)}
+        ids = [] if fresh else [t.id for t in runs]
+        stored = {d.trajectory_id: d for d in load_diagnoses(store, ids, method)}
     missing = [t for t in runs if t.id not in stored]
     if missing:
         localizer = _localizer(method, base_url, llm_model, judge_mode)

@@ -9,7 +9,8 @@ others then verify and agree with. The detectors, in order:
    hypothetical, assumed, sample or simulated data -> hallucination;
 2. code in the opening message: the first agent runs code straight from the previous
    attempt's results -> wrong plan at message 0;
-3. otherwise the first substantive contribution after the opening message: code whose
+3. otherwise the first substantive contribution after the opening message (plan
+   announcements without code and browser page dumps are passed over): code whose
    execution fails (tool misuse), a final answer with nothing executed (unverified answer,
    premature termination), code on a wrong path (wrong plan) or unsupported claims
    (hallucination).
@@ -27,6 +28,11 @@ TERMINAL_NAMES = {"computer_terminal", "terminal", "executor", "code_executor"}
 _FABRICATED = re.compile(
     r"hypothetical|sample data|assum|mock|dummy|placeholder|simulat|for demonstration|"
     r"example data",
+    re.IGNORECASE,
+)
+_PLAN_ONLY = re.compile(
+    r"^\s*(sure|great|ok(ay)?|alright)?[,!.]?\s*(let'?s|let us|i will|i'll|we (will|need)|"
+    r"first,|before|to (solve|begin|start|proceed|address|validate|verify))",
     re.IGNORECASE,
 )
 _FINAL = re.compile(r"TERMINATE|final answer|the answer is", re.IGNORECASE)
@@ -94,11 +100,20 @@ def code_in_opening(traj: Trajectory) -> Diagnosis | None:
     )
 
 
+def is_substantive(message: Message) -> bool:
+    """A message that claims or does something: not a plan announcement without code, not a
+    page dump of a browsing agent."""
+    text = message.text()
+    if text.lstrip().startswith("Address:"):
+        return False
+    return has_code(message) or not _PLAN_ONLY.search(text)
+
+
 def first_contribution(traj: Trajectory) -> Diagnosis | None:
     steps = [i for i in _agent_steps(traj) if i > 0] or _agent_steps(traj)
     if not steps:
         return None
-    index = steps[0]
+    index = next((i for i in steps if is_substantive(traj.messages[i])), steps[0])
     category, why, cited = _classify_contribution(traj, index)
     return _diagnosis(
         traj,
