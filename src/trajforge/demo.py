@@ -75,6 +75,7 @@ STEPS: list[tuple[str, DemoStep | str]] = [
     ("Import the bundled real trajectories", import_sample),
     ("Stats report", show_stats),
     ("Error-to-training: diagnose failures, write views", "trajforge.diagnose.demo:demo_step"),
+    ("Rollouts with unreliable tools, and robustness", "trajforge.rollout.demo:demo_step"),
 ]
 
 _STEP_PATHS: Registry[DemoStep] = Registry("demo step")

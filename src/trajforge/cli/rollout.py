@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 from rich import progress as rich_progress
+from rich.console import Console
 from rich.table import Table
 
 from trajforge.cli.common import DbOption, JsonOption, console, err_console, open_store, print_json
@@ -175,7 +176,8 @@ def rollout_command(
     print_summary(summary)
 
 
-def print_summary(summary: BatchSummary) -> None:
+def print_summary(summary: BatchSummary, out: Console | None = None) -> None:
+    """The batch summary as a table."""
     table = Table(title="rollout")
     table.add_column("measure")
     table.add_column("value", justify="right")
@@ -185,7 +187,7 @@ def print_summary(summary: BatchSummary) -> None:
         elif isinstance(value, dict):
             value = ", ".join(f"{k}={v}" for k, v in value.items()) or "-"
         table.add_row(key.replace("_", " "), str(value))
-    console.print(table)
+    (out or console).print(table)
 
 
 def rft_command(
@@ -290,10 +292,9 @@ def robustness_table(reports: list[ConditionReport]) -> Table:
     """The robustness report as one table (a row per condition and fault kind)."""
     samples = max((len(r.pass_k) for r in reports), default=0)
     table = Table(title="fault robustness")
-    for column in ("condition", "episodes", "success", "fault kind", "hit eps", "recovery"):
-        table.add_column(
-            column, justify="left" if column in ("condition", "fault kind") else "right"
-        )
+    for column in ("condition", "eps", "success", "kind", "hit", "recovery"):
+        text = column in ("condition", "kind")
+        table.add_column(column, justify="left" if text else "right", no_wrap=text)
     for k in range(1, samples + 1):
         table.add_column(f"pass^{k}", justify="right")
     for report in reports:
