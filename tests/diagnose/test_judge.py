@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import orjson
+import pytest
 
 from trajforge.diagnose.judge import REPORT_TOOL, LLMJudge, parse_report
+from trajforge.errors import UserError
 from trajforge.models import OpenAICompatibleModel, OpenAIModelConfig, ScriptedModel
 from trajforge.models.mock_server import MockOpenAIServer
 from trajforge.schema import Message, ToolCall, Trajectory
@@ -74,3 +76,12 @@ def test_judge_over_mock_openai_server(airline_runs: list[Trajectory]) -> None:
         request = server.requests[-1]
     assert diagnosis is not None and diagnosis.step == 28
     assert request["tools"][0]["function"]["name"] == REPORT_TOOL
+
+
+def test_unreachable_endpoint_is_a_user_error(airline_runs: list[Trajectory]) -> None:
+    with MockOpenAIServer([]) as server:
+        base_url = server.base_url  # the port is free again once the server stops
+    config = OpenAIModelConfig(base_url=base_url, model="judge", api_key="x", max_retries=0)
+    judge = LLMJudge(OpenAICompatibleModel(config))
+    with pytest.raises(UserError, match="LLM judge 'judge' failed"):
+        judge.localize(pick(airline_runs, "0"))

@@ -220,6 +220,7 @@ def eval_table(report: EvalReport) -> Table:
     table.add_row("agent", pct(report.agent), pct(report.baseline_agent))
     table.add_row("verified (forkable)", pct(report.verified_rate), "")
     table.add_row("verified (all)", pct(report.verified_rate_all), "")
+    table.add_row("verified, first proposal", pct(report.first_proposal_rate), "")
     return table
 
 

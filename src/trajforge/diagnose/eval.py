@@ -44,6 +44,9 @@ class EvalReport(BaseModel):
     verified_rate_all: float | None = Field(description="verified / diagnosed.")
     forkable: int = Field(description="Diagnoses verified by fork (forkable failures).")
     verified_rate: float | None = Field(description="Verified share of the forkable failures.")
+    first_proposal_rate: float | None = Field(
+        description="Share of diagnosed runs whose first proposed correction was verified."
+    )
     by_category: dict[str, int] = Field(description="Diagnoses per category.")
 
 
@@ -102,5 +105,8 @@ def evaluate(method: str, pairs: list[tuple[Trajectory, Diagnosis]]) -> EvalRepo
         verified_rate_all=_share(verified, len(pairs)),
         forkable=len(forks),
         verified_rate=_share(sum(d.verified for d in forks), len(forks)),
+        first_proposal_rate=_share(
+            sum(d.details.get("first_proposal_verified") is True for _, d in pairs), len(pairs)
+        ),
         by_category=dict(Counter(d.category or "none" for _, d in pairs).most_common()),
     )

@@ -16,12 +16,14 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
+import openai
 import orjson
 from pydantic import BaseModel, Field
 
 from trajforge.diagnose.evidence import speaker
 from trajforge.diagnose.model import Correction, Diagnosis, Evidence
 from trajforge.diagnose.taxonomy import CATEGORIES, taxonomy_text
+from trajforge.errors import UserError
 from trajforge.generate.views import transcript
 from trajforge.models.base import ChatModel
 from trajforge.schema import Message, ToolCall, Trajectory
@@ -150,7 +152,10 @@ class LLMJudge:
             f"The run failed. {question}"
         )
         messages = [Message(role="system", content=SYSTEM), Message(role="user", content=prompt)]
-        reply = self.model.complete(messages, [report_tool()])
+        try:
+            reply = self.model.complete(messages, [report_tool()])
+        except (openai.APIConnectionError, openai.APIStatusError) as exc:
+            raise UserError(f"LLM judge '{self.model.name}' failed: {exc}") from None
         return parse_report(reply.message)
 
 
