@@ -21,11 +21,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from trajforge.errors import InputError
 from trajforge.importers.base import base_name, load_json
-from trajforge.importers.openai_messages import to_message
+from trajforge.importers.openai_messages import first_error, to_message
 from trajforge.schema import LLMCall, Message, Outcome, Source, Task, Trajectory, Usage
 
+_USAGE_KEYS = ("prompt_tokens", "completion_tokens", "total_tokens", "cost")
 _PR = re.compile(r"<pr_description>(.*?)</pr_description>", re.S)
 
 
@@ -117,20 +120,17 @@ def _llm_calls(messages: list[Message]) -> list[LLMCall]:
         if message.role != "assistant" or not isinstance(response, dict):
             continue
         usage = response.get("usage") or {}
-        calls.append(
-            LLMCall(
-                id=str(response.get("id") or f"call-{index}"),
-                message_index=index,
-                model=response.get("model"),
-                usage=Usage(
-                    prompt_tokens=usage.get("prompt_tokens"),
-                    completion_tokens=usage.get("completion_tokens"),
-                    total_tokens=usage.get("total_tokens"),
-                    cost=usage.get("cost"),
-                ),
-                started_at=response.get("created"),
-            )
-        )
+        fields = {
+            "id": str(response.get("id") or f"call-{index}"),
+            "message_index": index,
+            "model": response.get("model"),
+            "usage": {key: usage.get(key) for key in _USAGE_KEYS},
+            "started_at": response.get("created"),
+        }
+        try:
+            calls.append(LLMCall.model_validate(fields))
+        except ValidationError as exc:
+            raise ValueError(f"messages[{index}].extra.response: {first_error(exc)}") from None
     return calls
 
 

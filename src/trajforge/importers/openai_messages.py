@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
+from pydantic import ValidationError
 
 from trajforge.schema import Message, ToolCall
 
@@ -26,23 +27,45 @@ def to_message(record: Any) -> Message:
     if isinstance(record.get("extra"), dict):
         extra |= record["extra"]
     calls = record.get("tool_calls")
-    return Message(
-        role=role,
-        content=record.get("content"),
-        name=record.get("name"),
-        tool_calls=[to_tool_call(c, i) for i, c in enumerate(calls)] if calls else None,
-        tool_call_id=record.get("tool_call_id"),
-        extra=extra,
-    )
+    fields = {
+        "role": role,
+        "content": record.get("content"),
+        "name": record.get("name"),
+        "tool_calls": _tool_call_fields(calls) if calls else None,
+        "tool_call_id": record.get("tool_call_id"),
+        "extra": extra,
+    }
+    try:
+        return Message.model_validate(fields)
+    except ValidationError as exc:
+        raise ValueError(first_error(exc)) from None
 
 
-def to_tool_call(call: dict[str, Any], position: int) -> ToolCall:
-    """A `ToolCall` from the OpenAI nested form or the flat `{name, arguments}` form."""
+def first_error(exc: ValidationError) -> str:
+    """`field.path: problem` of the first error, on one line."""
+    error = exc.errors()[0]
+    return f"{'.'.join(str(p) for p in error['loc'])}: {error['msg']}"
+
+
+def _tool_call_fields(calls: Any) -> list[dict[str, Any]]:
+    if not isinstance(calls, list):
+        raise ValueError("tool_calls: expected a list")
+    return [_tool_call_dict(call, position) for position, call in enumerate(calls)]
+
+
+def _tool_call_dict(call: Any, position: int) -> dict[str, Any]:
+    if not isinstance(call, dict):
+        raise ValueError(f"tool_calls[{position}]: expected an object")
     function = call.get("function", call)
-    name = function.get("name")
+    name = function.get("name") if isinstance(function, dict) else None
     if not isinstance(name, str):
         raise ValueError(f"tool_calls[{position}] has no function name")
     arguments = function.get("arguments", "{}")
     if not isinstance(arguments, str):
         arguments = orjson.dumps(arguments).decode()
-    return ToolCall(id=str(call.get("id") or f"call_{position}"), name=name, arguments=arguments)
+    return {"id": str(call.get("id") or f"call_{position}"), "name": name, "arguments": arguments}
+
+
+def to_tool_call(call: dict[str, Any], position: int) -> ToolCall:
+    """A `ToolCall` from the OpenAI nested form or the flat `{name, arguments}` form."""
+    return ToolCall.model_validate(_tool_call_dict(call, position))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import glob
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from pydantic import BaseModel, Field
@@ -121,16 +122,37 @@ def import_jobs(
 ) -> ImportReport:
     """Run planned (path, importer) jobs, adding one `FileResult` per file to `report`."""
     overrides = overrides or SourceOverrides()
-    for path, imp in jobs:
-        result = FileResult(path=str(path), format=imp.name)
-        try:
-            result.added, result.duplicates = store.add_many(overrides.apply(imp.read(path)))
-        except UserError as exc:
-            result.error = str(exc)
-        report.files.append(result)
-        if on_file:
-            on_file(result)
+    with rare_checkpoints(store):
+        for path, imp in jobs:
+            result = FileResult(path=str(path), format=imp.name)
+            try:
+                result.added, result.duplicates = store.add_many(overrides.apply(imp.read(path)))
+            except UserError as exc:
+                result.error = str(exc)
+            report.files.append(result)
+            if on_file:
+                on_file(result)
     return report
+
+
+BULK_CHECKPOINT_PAGES = 65536
+
+
+@contextmanager
+def rare_checkpoints(store: Store) -> Iterator[None]:
+    """Checkpoint the write-ahead log every `BULK_CHECKPOINT_PAGES` pages during a bulk import.
+
+    SQLite's default (1000 pages, about 4 MB) syncs the database file dozens of times while
+    importing a 100 MB folder; that was most of the time spent in SQLite. Each file is still
+    its own committed transaction; only copying the log into the database file is batched.
+    """
+    (previous,) = store.db.execute("PRAGMA wal_autocheckpoint").fetchone()
+    store.db.execute(f"PRAGMA wal_autocheckpoint={BULK_CHECKPOINT_PAGES}")
+    try:
+        yield
+    finally:
+        store.db.execute(f"PRAGMA wal_autocheckpoint={previous}")
+        store.db.execute("PRAGMA wal_checkpoint(PASSIVE)")
 
 
 def _detect(path: Path, fmt: str | None) -> Importer | None:
