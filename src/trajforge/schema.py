@@ -207,12 +207,14 @@ class Trajectory(_Model):
     def content_id(self) -> str:
         """A stable id derived from the content (everything except `id` and `source.file`).
 
-        Importing the same run twice, from the same or a moved file, gives the same id.
+        Importing the same run twice, from the same or a moved file, gives the same id. The
+        hash is over the JSON document (one serialization, in field order), which is what
+        keeps bulk imports fast.
         """
-        data = self.model_dump(mode="json", exclude={"id"})
-        data["source"].pop("file", None)
-        digest = hashlib.sha256(orjson.dumps(data, option=orjson.OPT_SORT_KEYS)).hexdigest()
-        return digest[:20]
+        document = self.__pydantic_serializer__.to_json(
+            self, exclude={"id": True, "source": {"file"}}
+        )
+        return hashlib.sha256(document).hexdigest()[:20]
 
     def with_id(self) -> Trajectory:
         """Set `id` to the content id when it is empty; returns self."""

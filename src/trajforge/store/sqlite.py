@@ -74,7 +74,7 @@ def _row_values(traj: Trajectory, now: float) -> tuple:
         traj.source.format,
         traj.source.file,
         now,
-        traj.model_dump_json().encode(),
+        traj.__pydantic_serializer__.to_json(traj),  # bytes, no str round trip
     )
 
 
