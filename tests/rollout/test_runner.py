@@ -147,5 +147,9 @@ def test_cli_rollout_json_summary_and_errors(tmp_path: Path) -> None:
     assert {"episodes", "successes", "faults_injected"} <= set(summary)
     bad = CliRunner().invoke(app, ["rollout", "--env", "household", "--faults", "oops", "--db", db])
     assert bad.exit_code == 1 and "unknown fault kind 'oops'" in bad.output
+    tool = CliRunner().invoke(app, ["rollout", "--env", "household", "--faults", "silent@fly"])
+    assert (
+        tool.exit_code == 1 and "unknown tool(s) fly" in tool.output and "go, open" in tool.output
+    )
     empty = CliRunner().invoke(app, ["rollout", "--env", "no-tasks", "--db", db])
     assert empty.exit_code == 1 and "has no tasks" in empty.output

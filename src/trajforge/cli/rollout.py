@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from trajforge.cli.common import DbOption, JsonOption, console, err_console, open_store, print_json
-from trajforge.envs.faults import parse_fault_spec
+from trajforge.envs.faults import check_tools, parse_fault_spec
 from trajforge.evaluate.robustness import BASELINE, ConditionReport, robustness_report
 from trajforge.generate.rft import RFTConfig, select, totals, write_sft
 from trajforge.rollout.backends import BACKENDS
@@ -108,8 +108,10 @@ def build_config(
     run: str | None = None,
 ) -> RolloutConfig:
     """Validate the options (faults first: they fail fastest) and select the tasks."""
-    parse_fault_spec(faults or [])
-    selected = select_tasks(make_env(env), tasks)
+    spec = parse_fault_spec(faults or [])
+    environment = make_env(env)
+    check_tools(spec, environment)
+    selected = select_tasks(environment, tasks)
     return RolloutConfig(
         env=env,
         tasks=selected,
@@ -266,7 +268,7 @@ def robustness_command(
     """Compare the same tasks and seeds without and with faults: success, recovery, pass^k."""
     conditions = faults or DEFAULT_CONDITIONS
     for condition in conditions:
-        parse_fault_spec(condition)
+        check_tools(parse_fault_spec(condition), make_env(env))
     options = PolicyOptions(
         error_rate=error_rate,
         base_url=base_url,

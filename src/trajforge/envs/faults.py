@@ -78,6 +78,18 @@ class FaultSpec(BaseModel):
         return sorted({rule.kind for rule in self.rules})
 
 
+def check_tools(spec: FaultSpec, env: Environment) -> None:
+    """UserError when a rule names a tool the environment does not have."""
+    names = [tool["function"]["name"] for tool in env.tools]
+    for rule in spec.rules:
+        unknown = [tool for tool in rule.tools if tool not in names]
+        if unknown:
+            raise UserError(
+                f"fault rule '{rule.spec()}' names unknown tool(s) {', '.join(unknown)}; "
+                f"environment '{env.name}' has: {', '.join(names)}"
+            )
+
+
 def parse_fault_spec(texts: str | list[str] | None) -> FaultSpec:
     """Parse one spec or several (repeated `--faults`); raises UserError on bad input."""
     if texts is None:
