@@ -70,3 +70,29 @@ def test_who_and_when_heuristics_beat_constant_baselines(
     assert report.within3 >= report.baseline_within3
     assert report.agent > report.baseline_agent
     assert all(not d.verified for d in diagnoses)  # free-text fixes cannot be verified
+
+
+def test_reused_call_ids_pair_each_call_with_its_own_result(
+    airline_runs: list[Trajectory],
+) -> None:
+    """Airline task 13, trial 0: the model reuses the id of the failed call at message 46
+    for the call at 54. The failed update (46, "Error: flight HAT030 not available") changed
+    nothing; the update at 54 succeeded and is the unwanted write (the task asks for a hand
+    over to a human agent only)."""
+    traj = pick(airline_runs, "13")
+    diagnosis = localize_heuristic(traj)
+    assert diagnosis is not None
+    assert (diagnosis.step, diagnosis.category) == (54, "wrong_plan")
+
+
+def test_gold_write_done_too_early(retail_runs: list[Trajectory]) -> None:
+    """Retail task 41: the user wants the address and the items of order changed. The agent
+    modifies the items first (message 16, the exact gold call); a pending order whose items
+    were modified can no longer be changed, so the address change that had to come first is
+    now impossible. The agent later hands off (22), but 16 is where the task was lost."""
+    traj = pick(retail_runs, "41", trial=41)
+    diagnosis = localize_heuristic(traj)
+    assert diagnosis is not None
+    assert (diagnosis.step, diagnosis.category) == (16, "wrong_plan")
+    assert diagnosis.correction is not None and diagnosis.correction.tool_call is not None
+    assert diagnosis.correction.tool_call.name == "modify_pending_order_address"

@@ -17,8 +17,13 @@ from typing import Any
 from trajforge.agents.base import EpisodeState, PolicyStep
 from trajforge.agents.expert import ExpertPolicy
 from trajforge.agents.user_sim import ScriptedUser
-from trajforge.diagnose.evidence import excerpt, gold_actions, is_write
-from trajforge.diagnose.heuristics.gold import classify_wrong_write, support_for
+from trajforge.diagnose.evidence import canonical_arguments, excerpt, gold_actions, is_write
+from trajforge.diagnose.heuristics.gold import (
+    classify_wrong_write,
+    out_of_order_text,
+    skipped_before,
+    support_for,
+)
 from trajforge.diagnose.model import Correction, Diagnosis, Evidence
 from trajforge.envs.base import Environment, Oracle
 from trajforge.envs.replay import make_env, replay_to
@@ -145,7 +150,13 @@ def _decisive(env: Environment, traj: Trajectory, index: int, values: dict[int, 
     intended = _as_action(correction)
     calls = [c for c in message.tool_calls or [] if is_write(c.name)] or (message.tool_calls or [])
     evidence = [Evidence(message_index=index, quote=_quote(message), note="after this, V=false")]
-    if calls:
+    exact = _gold_exact(traj, calls[0]) if calls else None
+    if exact is not None:
+        category = "wrong_plan"
+        writes = [a for a in gold_actions(traj) or [] if is_write(a["name"])]
+        earlier = skipped_before(writes, exact) or [exact]
+        why = out_of_order_text(index, calls[0], earlier[0])
+    elif calls:
         call = calls[0]
         intended = _gold_named(traj, call.name) or intended
         same = [intended] if intended and intended["name"] == call.name else []
@@ -181,6 +192,19 @@ def _omission(env: Environment, traj: Trajectory, last: int, values: dict[int, b
         correction=correction_from(correction),
         omission=True,
         details=_v_details(values),
+    )
+
+
+def _gold_exact(traj: Trajectory, call: ToolCall) -> dict | None:
+    """The gold action equal to `call` (a right action done at the wrong time)."""
+    wanted = canonical_arguments(call.arguments)
+    return next(
+        (
+            a
+            for a in gold_actions(traj) or []
+            if a["name"] == call.name and canonical_arguments(a["kwargs"]) == wanted
+        ),
+        None,
     )
 
 

@@ -41,23 +41,21 @@ def canonical_arguments(arguments: str | dict[str, Any]) -> str:
     return orjson.dumps(arguments, option=orjson.OPT_SORT_KEYS).decode()
 
 
-def tool_results(traj: Trajectory) -> dict[str, int]:
-    """Map tool-call id -> index of the tool message answering it."""
-    return {
-        m.tool_call_id: i
-        for i, m in enumerate(traj.messages)
-        if m.role == "tool" and m.tool_call_id
-    }
-
-
 def calls_with_results(traj: Trajectory) -> list[tuple[int, ToolCall, int | None]]:
-    """Every tool call as (assistant message index, call, index of its result or None)."""
-    results = tool_results(traj)
-    found = []
+    """Every tool call as (assistant message index, call, index of its result or None).
+
+    A result answers the earliest unanswered call with its id (some models reuse ids).
+    """
+    found: list[list] = []
+    pending: dict[str, list[int]] = {}
     for index, message in enumerate(traj.messages):
         for call in message.tool_calls or []:
-            found.append((index, call, results.get(call.id)))
-    return found
+            pending.setdefault(call.id, []).append(len(found))
+            found.append([index, call, None])
+        waiting = pending.get(message.tool_call_id or "") if message.role == "tool" else None
+        if waiting:
+            found[waiting.pop(0)][2] = index
+    return [(index, call, result) for index, call, result in found]
 
 
 def speaker(message: Message) -> str:

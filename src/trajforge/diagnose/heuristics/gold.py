@@ -45,13 +45,53 @@ def localize_by_gold(traj: Trajectory) -> Diagnosis | None:
         if not is_write(call.name) or _failed(traj, result):
             continue
         match = _matching(remaining, call)
-        if match is not None:
-            remaining.remove(match)
-            continue
-        return _wrong_write(traj, index, call, result, remaining)
+        if match is None:
+            return _wrong_write(traj, index, call, result, remaining)
+        skipped = skipped_before(remaining, match)
+        if skipped:
+            return _out_of_order(traj, index, call, skipped[0])
+        remaining.remove(match)
     if remaining:
         return _omission(traj, remaining)
     return None
+
+
+TARGET_KEYS = ("order_id", "reservation_id", "user_id")
+"""Arguments naming the record a write changes; writes to one record do not commute."""
+
+
+def _target(action: dict[str, Any]) -> tuple[str, str] | None:
+    kwargs = action.get("kwargs") or {}
+    return next(((k, str(kwargs[k])) for k in TARGET_KEYS if k in kwargs), None)
+
+
+def skipped_before(remaining: list[dict[str, Any]], match: dict[str, Any]) -> list[dict]:
+    """Gold writes listed before `match`, still undone, that change the same record."""
+    target = _target(match)
+    earlier = remaining[: remaining.index(match)]
+    return [a for a in earlier if target is not None and _target(a) == target]
+
+
+def _out_of_order(traj: Trajectory, index: int, call: ToolCall, skipped: dict) -> Diagnosis:
+    return Diagnosis(
+        trajectory_id=traj.id,
+        method="heuristic",
+        step=index,
+        agent=traj.messages[index].name or "assistant",
+        category="wrong_plan",
+        explanation=out_of_order_text(index, call, skipped),
+        evidence=[Evidence(message_index=index, quote=call.name, note="done too early")],
+        correction=Correction(tool_call=gold_call(skipped), source="gold"),
+        details={"detector": "gold-order"},
+    )
+
+
+def out_of_order_text(index: int, call: ToolCall, skipped: dict) -> str:
+    return (
+        f"message {index} makes a needed {call.name} call too early: {skipped['name']} on the "
+        "same record had to come first, and once this write is done that record can no longer "
+        "reach the goal state"
+    )
 
 
 def _failed(traj: Trajectory, result: int | None) -> bool:
