@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import glob
+import os
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -93,11 +94,11 @@ def plan(
     jobs = [(p, require_format(p, fmt)) for p in explicit]
     candidates = [(p, _detect(p, fmt)) for p in in_folders]
     jobs.extend((p, imp) for p, imp in candidates if imp is not None)
-    claimed = {str(s.resolve()) for p, imp in jobs for s in imp.sidecars(p)}
+    claimed = {os.path.abspath(s) for p, imp in jobs for s in imp.sidecars(p)}
     for path, imp in candidates:
         if imp is None:
-            target = report.sidecars if str(path.resolve()) in claimed else report.not_trajectories
-            target.append(str(path))
+            claimed_here = os.path.abspath(path) in claimed
+            (report.sidecars if claimed_here else report.not_trajectories).append(str(path))
     return jobs, report
 
 
