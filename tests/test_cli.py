@@ -111,7 +111,7 @@ def test_show_renders_label_at_its_message(sample_db: Path) -> None:
     header = f"[{label.message_index}] {traj.messages[label.message_index].role}"
     next_header = f"[{label.message_index + 1}] "
     block = text[text.index(header) : text.index(next_header, text.index(header))]
-    assert f"label (human) agent={label.agent}" in block
+    assert f"⚑ human label (agent {label.agent}" in block
     assert json.loads(invoke("show", row.id, "--db", str(sample_db), "--json")) == traj.model_dump(
         mode="json"
     )

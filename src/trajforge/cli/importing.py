@@ -33,9 +33,7 @@ def import_command(
 ) -> None:
     """Import trajectories; each file is imported whole or not at all.
 
-    Folders are searched recursively: files that are not trajectories are skipped and
-    listed, and companion files (SWE-bench reports, tau2 submission.json) are consumed by
-    the importer of the runs they describe.
+    Folders are searched recursively; files that are not runs are skipped and listed.
     """
     jobs, report = plan(paths, fmt)
     overrides = SourceOverrides(model=model, run=run)

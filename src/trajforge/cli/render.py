@@ -8,7 +8,7 @@ from rich.console import Console, Group
 from rich.panel import Panel
 from rich.text import Text
 
-from trajforge.schema import Message, Trajectory
+from trajforge.schema import Label, Message, Trajectory
 
 ROLE_STYLES = {"system": "dim", "user": "cyan", "assistant": "green", "tool": "yellow"}
 SHORT_LIMIT = 1200
@@ -38,19 +38,26 @@ def _header(traj: Trajectory) -> Panel:
     if traj.parent:
         lines.append(f"fork of {traj.parent.trajectory_id} at message {traj.parent.message_index}")
     if traj.task.instruction:
-        lines.append(Text(_shorten(traj.task.instruction, 400, False), style="italic").markup)
+        lines.append(Text(_shorten(traj.task.instruction, 600, False), style="italic").markup)
     return Panel("\n".join(lines), title="trajectory")
 
 
 def _notes_by_index(traj: Trajectory) -> dict[int | None, list[Text]]:
     notes: dict[int | None, list[Text]] = defaultdict(list)
     for label in traj.labels:
-        text = f"label ({label.source}) agent={label.agent} category={label.category}: "
-        notes[label.message_index].append(Text(text + (label.reason or ""), style="bold red"))
+        notes[label.message_index].append(Text(_label_text(label), style="bold red"))
     for fault in traj.faults:
-        text = f"fault {fault.kind} on {fault.tool}: {fault.detail or ''}"
+        text = f"⚡ injected fault {fault.kind} on {fault.tool or '?'}: {fault.detail or ''}"
         notes[fault.message_index].append(Text(text, style="bold magenta"))
     return notes
+
+
+def _label_text(label: Label) -> str:
+    who = [f"agent {label.agent}"] if label.agent else []
+    who += [f"category {label.category}"] if label.category else []
+    where = "" if label.message_index is not None else " (whole run)"
+    details = f" ({', '.join(who)})" if who else ""
+    return f"⚑ {label.source} label{where}{details}: {label.reason or ''}"
 
 
 def _message_panel(index: int, message: Message, notes: list[Text], full: bool) -> Panel:
@@ -61,9 +68,10 @@ def _message_panel(index: int, message: Message, notes: list[Text], full: bool) 
     title = f"[{index}] {message.role}" + (f" · {message.name}" if message.name else "")
     if message.tool_call_id:
         title += f" ← {message.tool_call_id}"
-    return Panel(
-        Group(*parts), title=title, title_align="left", border_style=ROLE_STYLES[message.role]
-    )
+    if notes:
+        title += " ⚑"
+    border = "red" if notes else ROLE_STYLES[message.role]
+    return Panel(Group(*parts), title=title, title_align="left", border_style=border)
 
 
 def _shorten(text: str, limit: int, full: bool) -> str:
