@@ -37,6 +37,10 @@ _TREATED = {
 }
 
 
+def _article(name: str) -> str:
+    return f"an {name}" if name[0] in "aeiou" else f"a {name}"
+
+
 class HouseholdConfig(BaseModel):
     """Which tasks the household task generator makes."""
 
@@ -209,7 +213,7 @@ class HouseholdEnv:
     def _describe_receptacle(self, receptacle: str) -> str:
         if not self._reachable(receptacle):
             return f"The {receptacle} is closed."
-        items = ", ".join(f"a {o}" for o in self.state.contents[receptacle]) or "nothing"
+        items = ", ".join(_article(o) for o in self.state.contents[receptacle]) or "nothing"
         return f"On the {receptacle}, you see {items}."
 
     def _reachable(self, receptacle: str) -> bool:
@@ -244,7 +248,7 @@ class HouseholdEnv:
         if target not in self.layout.openable or target in self.state.opened:
             raise ToolError(f"Nothing happens: {target} cannot be opened.")
         self.state.opened.add(target)
-        items = ", ".join(f"a {o}" for o in self.state.contents[target]) or "nothing"
+        items = ", ".join(_article(o) for o in self.state.contents[target]) or "nothing"
         return f"You open the {target}. In it, you see {items}."
 
     def _do_close(self, args: dict) -> str:
@@ -305,7 +309,7 @@ class HouseholdEnv:
         if target == state.holding or (visible and target in state.contents[state.at]):
             flags = state.props[target]
             words = [name for name, bit in FLAG.items() if flags & bit] or ["ordinary"]
-            return f"This is a {target}. It is {' and '.join(words)}."
+            return f"This is {_article(target)}. It is {' and '.join(words)}."
         raise ToolError(f"Nothing happens: you see no {target} here.")
 
     def _do_look(self, args: dict) -> str:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 ROOM_RECEPTACLES: dict[str, tuple[str, ...]] = {
-    "kitchen": ("countertop", "cabinet", "drawer", "shelf", "diningtable", "stoveburner"),
+    "kitchen": ("countertop", "cabinet", "drawer", "shelf", "coffeemachine", "stoveburner"),
     "living room": ("sofa", "coffeetable", "tvstand", "shelf", "drawer", "sidetable"),
     "bedroom": ("bed", "desk", "dresser", "drawer", "shelf", "safe"),
     "bathroom": ("countertop", "cabinet", "towelholder", "bathtubbasin", "shelf"),
@@ -65,8 +65,10 @@ class Goal:
     def text(self) -> str:
         adjective = {"clean": "clean ", "hot": "hot ", "cool": "cool ", None: ""}[self.prop]
         if self.count == 1:
-            return f"put a {adjective}{self.obj_type} in {self.target}"
-        return f"put {self.count} {adjective}{self.obj_type}s in {self.target}"
+            article = "an" if (adjective or self.obj_type)[0] in "aeiou" else "a"
+            return f"put {article} {adjective}{self.obj_type} in {self.target}"
+        plural = self.obj_type + ("es" if self.obj_type.endswith("o") else "s")
+        return f"put {self.count} {adjective}{plural} in {self.target}"
 
 
 @dataclass(slots=True)
@@ -196,6 +198,9 @@ def _goal(rng: random.Random, layout: Layout, config: dict) -> Goal:
     storage = [n for n in layout.room_of if layout.kind_of[n] not in APPLIANCES.values()]
     count = config["count"]
     candidates = [t for t, objs in layout.by_type.items() if len(objs) >= count]
+    treatable = [t for t in candidates if any(layout.appliances[p] for p in OBJECT_PROPERTIES[t])]
+    if config["props"] and treatable:
+        candidates = treatable
     obj_type = rng.choice(sorted(candidates))
     usable = [p for p in OBJECT_PROPERTIES[obj_type] if layout.appliances[p]]
     prop = rng.choice(usable) if config["props"] and usable else None
