@@ -85,7 +85,11 @@ def fork(
 
 
 def prefix_child(parent: Trajectory, at: int, policy: Policy, options: ForkOptions) -> Trajectory:
-    """The child before it continues: the parent's prefix and what points into it."""
+    """The child before it continues: the parent's prefix and what points into it.
+
+    Prefix messages are shallow copies: their fields are shared with the parent, so treat
+    messages as immutable (append new ones; never edit a message in place).
+    """
     return Trajectory(
         task=parent.task.model_copy(deep=True),
         source=Source(
@@ -93,7 +97,7 @@ def prefix_child(parent: Trajectory, at: int, policy: Policy, options: ForkOptio
             model=getattr(policy, "name", None),
             run=f"fork:{parent.id}@{at}",
         ),
-        messages=[m.model_copy(deep=True) for m in parent.messages[:at]],
+        messages=[m.model_copy() for m in parent.messages[:at]],
         tools=list(parent.tools),
         llm_calls=[c for c in parent.llm_calls if (c.message_index or 0) < at],
         faults=[f for f in parent.faults if f.message_index < at],

@@ -100,15 +100,20 @@ class TauDB:
 
     def keys(self, table: str) -> Iterator[str]:
         """Keys in storage order: base keys, then keys added since reset."""
-        yield from self.base[table]
-        for t, key in self.overlay:
-            if t == table and key not in self.base[table]:
-                yield key
+        for key, _ in self.items(table):
+            yield key
 
     def items(self, table: str) -> Iterator[tuple[str, Record]]:
-        for key in self.keys(table):
-            record = self.get(table, key)
-            if record is not None:
+        """(key, current record) in storage order; untouched tables iterate the base dict."""
+        changed = {key: record for (t, key), record in self.overlay.items() if t == table}
+        base = self.base[table]
+        if not changed:
+            yield from base.items()
+            return
+        for key, record in base.items():
+            yield key, changed.get(key, record)
+        for key, record in changed.items():
+            if key not in base:
                 yield key, record
 
     def snapshot(self) -> DBState:
