@@ -17,11 +17,10 @@ from typing import Any
 from trajforge.agents.base import EpisodeState, PolicyStep
 from trajforge.agents.expert import ExpertPolicy
 from trajforge.agents.user_sim import ScriptedUser
-from trajforge.diagnose.evidence import canonical_arguments, excerpt, gold_actions, is_write
+from trajforge.diagnose.evidence import excerpt, is_write
 from trajforge.diagnose.heuristics.gold import (
     classify_wrong_write,
-    out_of_order_text,
-    skipped_before,
+    localize_by_gold,
     support_for,
 )
 from trajforge.diagnose.model import Correction, Diagnosis, Evidence
@@ -147,23 +146,7 @@ def _unsolvable(traj: Trajectory, first: int) -> Diagnosis:
 def _decisive(env: Environment, traj: Trajectory, index: int, values: dict[int, bool]) -> Diagnosis:
     message = traj.messages[index]
     correction = expert_action_before(env, traj, index)
-    intended = _as_action(correction)
-    calls = [c for c in message.tool_calls or [] if is_write(c.name)] or (message.tool_calls or [])
-    evidence = [Evidence(message_index=index, quote=_quote(message), note="after this, V=false")]
-    exact = _gold_exact(traj, calls[0]) if calls else None
-    if exact is not None:
-        category = "wrong_plan"
-        writes = [a for a in gold_actions(traj) or [] if is_write(a["name"])]
-        earlier = skipped_before(writes, exact) or [exact]
-        why = out_of_order_text(index, calls[0], earlier[0])
-    elif calls:
-        call = calls[0]
-        intended = _gold_named(traj, call.name) or intended
-        same = [intended] if intended and intended["name"] == call.name else []
-        category, why = classify_wrong_write(traj, index, call, intended, same)
-        evidence += support_for(traj, index, intended)
-    else:
-        category, why = "premature_termination", f"message {index} ends the agent's work"
+    category, why, evidence = _explain(traj, index, _as_action(correction))
     return Diagnosis(
         trajectory_id=traj.id,
         method="counterfactual",
@@ -176,6 +159,23 @@ def _decisive(env: Environment, traj: Trajectory, index: int, values: dict[int, 
         correction=correction_from(correction),
         details=_v_details(values),
     )
+
+
+def _explain(traj: Trajectory, index: int, intended: dict | None) -> tuple[str, str, list]:
+    """Category, explanation and evidence for the decisive message: the gold-action reading
+    of the same step when the run records gold actions, else a comparison with the expert's
+    action in that state."""
+    by_gold = localize_by_gold(traj)
+    if by_gold is not None and by_gold.step == index and not by_gold.omission:
+        return str(by_gold.category), by_gold.explanation, by_gold.evidence
+    message = traj.messages[index]
+    evidence = [Evidence(message_index=index, quote=_quote(message), note="after this, V=false")]
+    calls = [c for c in message.tool_calls or [] if is_write(c.name)] or (message.tool_calls or [])
+    if not calls:
+        return "premature_termination", f"message {index} ends the agent's work", evidence
+    same = [intended] if intended and intended["name"] == calls[0].name else []
+    category, why = classify_wrong_write(traj, index, calls[0], intended, same)
+    return category, why, evidence + support_for(traj, index, intended)
 
 
 def _omission(env: Environment, traj: Trajectory, last: int, values: dict[int, bool]) -> Diagnosis:
@@ -193,24 +193,6 @@ def _omission(env: Environment, traj: Trajectory, last: int, values: dict[int, b
         omission=True,
         details=_v_details(values),
     )
-
-
-def _gold_exact(traj: Trajectory, call: ToolCall) -> dict | None:
-    """The gold action equal to `call` (a right action done at the wrong time)."""
-    wanted = canonical_arguments(call.arguments)
-    return next(
-        (
-            a
-            for a in gold_actions(traj) or []
-            if a["name"] == call.name and canonical_arguments(a["kwargs"]) == wanted
-        ),
-        None,
-    )
-
-
-def _gold_named(traj: Trajectory, name: str) -> dict | None:
-    """The task's gold action with this tool name, when the run records gold actions."""
-    return next((a for a in gold_actions(traj) or [] if a["name"] == name), None)
 
 
 def _quote(message: Message) -> str:

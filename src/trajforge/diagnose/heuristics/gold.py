@@ -24,6 +24,7 @@ from trajforge.diagnose.model import Correction, Diagnosis, Evidence
 from trajforge.schema import ToolCall, Trajectory
 
 AUTH_TOOLS = ("find_user_id_by_email", "find_user_id_by_name_zip", "get_user_details")
+HANDOFF_TOOLS = ("transfer_to_human_agents",)
 AUTH_ENVS = {"tau-retail", "tau2-retail"}
 """Domains whose policy requires authenticating the user (by email, or name and zip)."""
 TAU_ENVS = {"tau-retail", "tau-airline", "tau", "tau2-retail", "tau2-airline"}
@@ -140,6 +141,12 @@ def classify_wrong_write(
     traj: Trajectory, index: int, call: ToolCall, intended: dict | None, same_name: list
 ) -> tuple[str, str]:
     """Category and explanation of a wrong write, given the write the goal needed."""
+    if call.name in HANDOFF_TOOLS:
+        needed = intended["name"] if intended else "no hand-off"
+        return "premature_termination", (
+            f"message {index} hands the user off to a human agent while the task still "
+            f"needs {needed}: the agent gives up on work it could do"
+        )
     if traj.task.environment in AUTH_ENVS and not _authenticated_before(traj, index):
         return "policy_violation", (
             f"message {index} calls {call.name} before the user was authenticated; the policy "
