@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 import typer
+from rich.console import Console
 from rich.table import Table
 
 from trajforge.cli.common import (
@@ -67,10 +68,11 @@ def replay_command(
     if json_out:
         print_json(summary.model_dump(mode="json"))
         return
-    _print_replay(summary)
+    print_replay(summary, console)
 
 
-def _print_replay(summary: ReplaySummary) -> None:
+def print_replay(summary: ReplaySummary, console: Console) -> None:
+    """The fidelity table, then one line per mismatch."""
     table = Table(title="replay fidelity")
     for column in ("runs", "calls", "exact", "exact %", "outcome agree", "skipped"):
         table.add_column(column, justify="right")
@@ -170,10 +172,11 @@ def handoff_command(
     if json_out:
         print_json(matrix.to_json())
         return
-    _print_matrix(matrix)
+    print_matrix(matrix, console)
 
 
-def _print_matrix(matrix: HandoffMatrix) -> None:
+def print_matrix(matrix: HandoffMatrix, console: Console) -> None:
+    """The reacher × solver table of REACH / SOLVE / end-to-end."""
     point = f"at step {matrix.at}" if matrix.at is not None else f"k={matrix.k}"
     table = Table(title=f"handoff on {matrix.env} ({matrix.tasks} tasks, {point})")
     table.add_column("reacher \\ solver")

@@ -1,0 +1,44 @@
+"""The demo step of the tau environments: replay, fork a failed run, hand off."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from trajforge.agents import ExpertPolicy
+from trajforge.agents.user_sim import ScriptedUser
+from trajforge.cli.envs import print_matrix, print_replay
+from trajforge.envs.replay import replay_many, replayable
+from trajforge.rollout.fork import fork
+from trajforge.rollout.handoff import HandoffConfig, run_matrix
+from trajforge.rollout.policy_factory import AgentSpec
+
+HANDOFF_TASKS = 20
+
+
+def demo_step(ctx: Any) -> None:
+    """Replay the bundled tau runs, fork a failed one at its midpoint, print a handoff table."""
+    runs = [t for t in ctx.store.query() if replayable(t) and t.parent is None]
+    summary = replay_many(runs)
+    print_replay(summary, ctx.console)
+    ctx.results["tau_replay"] = summary
+    failed = next((t for t in runs if t.success is False), None)
+    if failed is not None:
+        at = len(failed.messages) // 2
+        child = fork(failed, at, ExpertPolicy(), user=ScriptedUser())
+        ctx.store.add(child)
+        ctx.console.print(
+            f"forked failed run {failed.id[:12]} ({failed.task.environment}, task "
+            f"{failed.task.id}) at message {at} of {len(failed.messages)} with the expert: "
+            f"child {child.id[:12]}, success={child.success}",
+            markup=False,
+        )
+        ctx.results["tau_fork"] = child.id
+    specs = {
+        "expert": AgentSpec(policy="expert"),
+        "noisy-expert": AgentSpec(policy="noisy-expert", error_rate=0.3),
+    }
+    matrix = run_matrix(
+        "tau-retail", list(specs), ["expert"], specs, HandoffConfig(k=1), HANDOFF_TASKS
+    )
+    print_matrix(matrix, ctx.console)
+    ctx.results["tau_handoff"] = matrix
