@@ -16,7 +16,7 @@ from trajforge.evaluate.robustness import BASELINE, ConditionReport, robustness_
 from trajforge.generate.rft import RFTConfig, select, totals, write_sft
 from trajforge.rollout.backends import BACKENDS
 from trajforge.rollout.episode import Limits
-from trajforge.rollout.factory import PolicyOptions, make_env
+from trajforge.rollout.factory import PolicyOptions, make_env, make_policy
 from trajforge.rollout.runner import BatchSummary, Progress, RolloutConfig, run_batch
 from trajforge.rollout.tasks import select_tasks
 from trajforge.schema import Trajectory
@@ -109,6 +109,7 @@ def build_config(
 ) -> RolloutConfig:
     """Validate the options (faults first: they fail fastest) and select the tasks."""
     spec = parse_fault_spec(faults or [])
+    make_policy(policy, options, seed)  # unknown names and missing endpoints fail here, once
     environment = make_env(env)
     check_tools(spec, environment)
     selected = select_tasks(environment, tasks)
