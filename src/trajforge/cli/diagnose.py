@@ -49,6 +49,8 @@ JudgeModeOption = Annotated[
     str, typer.Option("--judge-mode", help="LLM judge: all-at-once or step-by-step.")
 ]
 
+JUDGE_MODES = ("all-at-once", "step-by-step")
+
 app = typer.Typer(
     help="Find the decisive error of failed runs, diagnose and correct it, verify the fix.",
     no_args_is_help=False,
@@ -60,6 +62,8 @@ def _localizer(method: str, base_url: str | None, llm_model: str | None, mode: s
 
     if method != "llm":
         return make_localizer(method)
+    if mode not in JUDGE_MODES:
+        raise UserError(f"--judge-mode must be one of {', '.join(JUDGE_MODES)}, got '{mode}'")
     from trajforge.models.openai_compat import OpenAICompatibleModel, OpenAIModelConfig
 
     model = OpenAICompatibleModel(OpenAIModelConfig(base_url=base_url, model=llm_model))
