@@ -152,6 +152,6 @@ def test_cli_rollout_json_summary_and_errors(tmp_path: Path) -> None:
         tool.exit_code == 1 and "unknown tool(s) fly" in tool.output and "go, open" in tool.output
     )
     nobody = CliRunner().invoke(app, ["rollout", "--env", "household", "--policy", "nobody"])
-    assert nobody.exit_code == 1 and "unknown policy 'nobody'; known: expert" in nobody.output
+    assert nobody.exit_code == 1 and "unknown policy 'nobody'; known: " in nobody.output
     empty = CliRunner().invoke(app, ["rollout", "--env", "no-tasks", "--db", db])
     assert empty.exit_code == 1 and "has no tasks" in empty.output
