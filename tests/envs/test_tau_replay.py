@@ -154,3 +154,32 @@ def test_a_run_of_an_unknown_environment_cannot_be_replayed() -> None:
 def test_both_tau_environments_are_registered() -> None:
     assert ENVIRONMENTS.get("tau-retail") is TauRetailEnv
     assert ENVIRONMENTS.get("tau-airline") is TauAirlineEnv
+
+
+def test_cli_replay_json_and_refusals(shared_data: Path, tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from trajforge.cli.main import app
+
+    db = str(tmp_path / "t.db")
+    runner = CliRunner()
+    retail = shared_data / "agentrx/tau-retail/tau_dataset_full.json"
+    swe = (
+        shared_data / "swe-bench-verified/mini-swe-agent_gemini-3-pro/trajs/astropy__astropy-13033"
+    )
+    assert runner.invoke(app, ["import", str(retail), str(swe), "--db", db]).exit_code == 0
+    result = runner.invoke(app, ["replay", "--db", db, "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert (data["runs"], data["outcome_agree"], data["skipped"]) == (100, 100, 1)
+    assert data["exact"] == data["calls"] and data["mismatches"] == []
+    only_failures = json.loads(
+        runner.invoke(app, ["replay", "--db", db, "--outcome", "failure", "--json"]).stdout
+    )
+    assert only_failures["runs"] == 27
+    swe_id = json.loads(
+        runner.invoke(app, ["ls", "--db", db, "--env", "swe-bench", "--json"]).stdout
+    )[0]["id"]
+    refused = runner.invoke(app, ["replay", swe_id, "--db", db])
+    assert refused.exit_code == 1
+    assert "cannot be replayed" in refused.output and len(refused.output.strip().splitlines()) == 1
