@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from trajforge.diagnose.eval import evaluate
 from trajforge.diagnose.heuristics import localize_heuristic
 from trajforge.diagnose.heuristics.tool_log import localize_tool_log
 from trajforge.diagnose.localize import HeuristicLocalizer
 from trajforge.diagnose.run import diagnose_runs
+from trajforge.importers.mini_swe_agent import MiniSweAgentImporter
 from trajforge.schema import Trajectory
 
 from .conftest import pick
+
+SWE_RUN = (
+    "swe-bench-verified/mini-swe-agent_gemini-3-pro/trajs/astropy__astropy-14182/"
+    "astropy__astropy-14182.traj.json"
+)
 
 
 def test_wrong_write_found_by_gold_diff(airline_runs: list[Trajectory]) -> None:
@@ -96,3 +104,16 @@ def test_gold_write_done_too_early(retail_runs: list[Trajectory]) -> None:
     assert (diagnosis.step, diagnosis.category) == (16, "wrong_plan")
     assert diagnosis.correction is not None and diagnosis.correction.tool_call is not None
     assert diagnosis.correction.tool_call.name == "modify_pending_order_address"
+
+
+def test_repeated_shell_command_with_same_output_is_looping(shared_data: Path) -> None:
+    """mini-swe-agent on astropy-14182 (failed): `cat astropy/io/ascii/rst.py` is run at
+    messages 8, 12 and 26 and prints the unchanged file each time; the agent meant to apply
+    its change (message 26 says so) but keeps re-reading instead."""
+    path = shared_data / SWE_RUN
+    (traj,) = [t.with_id() for t in MiniSweAgentImporter().read(path)]
+    assert traj.success is False
+    diagnosis = localize_heuristic(traj)
+    assert diagnosis is not None
+    assert (diagnosis.step, diagnosis.category) == (26, "looping")
+    assert [e.message_index for e in diagnosis.evidence] == [8, 26]

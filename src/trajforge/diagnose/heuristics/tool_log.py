@@ -160,6 +160,45 @@ def repeated_calls(traj: Trajectory) -> Diagnosis | None:
     return None
 
 
+_BASH_BLOCK = re.compile(r"```(?:bash|sh)\s*\n(.*?)```", re.DOTALL)
+
+
+def repeated_text_commands(traj: Trajectory) -> Diagnosis | None:
+    """Harnesses whose actions are shell blocks in the text (mini-swe-agent): the same
+    command giving the same output LOOP_REPEATS times is looping."""
+    seen: Counter[str] = Counter()
+    first: dict[str, int] = {}
+    for index, message in enumerate(traj.messages):
+        block = _BASH_BLOCK.search(message.text()) if message.role == "assistant" else None
+        if block is None or message.tool_calls:
+            continue
+        output = traj.messages[index + 1].text() if index + 1 < len(traj.messages) else ""
+        command = " ".join(block.group(1).split())
+        key = f"{command}\n{output}"
+        seen[key] += 1
+        first.setdefault(key, index)
+        if seen[key] == LOOP_REPEATS:
+            quote = excerpt(command, 40)
+            return _finding(
+                traj,
+                index,
+                "looping",
+                f"the command `{excerpt(command, 80)}` runs {LOOP_REPEATS} times with the same "
+                f"output (first at message {first[key]}, again at {index}): no progress",
+                evidence=[
+                    Evidence(message_index=first[key], quote=quote, note="first run"),
+                    Evidence(message_index=index, quote=quote, note="repeat"),
+                ],
+                correction=Correction(
+                    message="Stop re-running the command; read its earlier output and change "
+                    "the approach.",
+                    source="heuristic",
+                ),
+                details={"detector": "repeated-text-commands"},
+            )
+    return None
+
+
 def last_step(traj: Trajectory) -> Diagnosis | None:
     """No other evidence: the agent ended the failed run at its last message."""
     steps = traj.assistant_indices()
@@ -190,6 +229,7 @@ DETECTORS: list[Callable[[Trajectory], Diagnosis | None]] = [
     unconfirmed_write,
     ignored_tool_error,
     repeated_calls,
+    repeated_text_commands,
 ]
 
 
