@@ -246,7 +246,11 @@ def views_command(
     ] = False,
     json_out: JsonOption = False,
 ) -> None:
-    """Write the diagnosis and actor-recovery views (chat JSONL) and the dataset card."""
+    """Write the diagnosis and actor-recovery views (chat JSONL) and the dataset card.
+
+    One item per run: when several methods diagnosed it, a verified diagnosis is preferred,
+    then counterfactual, llm, heuristic.
+    """
     guarded(_views)(
         db,
         make_filter(harness, model, env, task, None, limit, ids),
@@ -266,7 +270,7 @@ def _views(db, flt, method, out, include_unverified, json_out) -> None:
         diagnoses = load_diagnoses(store, list(runs), method)
     if not diagnoses:
         raise UserError("no stored diagnoses for these runs; run `trajforge diagnose` first")
-    pairs = [(runs[d.trajectory_id], d) for d in diagnoses]
+    pairs = [(runs[d.trajectory_id], d) for d in best_per_run(diagnoses)]
     card = write_views(pairs, out, ViewsConfig(verified_only=not include_unverified))
     if json_out:
         print_json(card)
@@ -275,3 +279,17 @@ def _views(db, flt, method, out, include_unverified, json_out) -> None:
         f"wrote {card['diagnosis_items']} diagnosis and {card['recovery_items']} recovery items "
         f"to {out} ({'verified only' if card['verified_only'] else 'all'})"
     )
+
+
+METHOD_PREFERENCE = {"counterfactual": 0, "llm": 1, "heuristic": 2}
+
+
+def best_per_run(diagnoses: list[Diagnosis]) -> list[Diagnosis]:
+    """One diagnosis per run: verified first, then counterfactual, llm, heuristic."""
+    best: dict[str, Diagnosis] = {}
+    for d in diagnoses:
+        rank = (not d.verified, METHOD_PREFERENCE.get(d.method, 9))
+        kept = best.get(d.trajectory_id)
+        if kept is None or rank < (not kept.verified, METHOD_PREFERENCE.get(kept.method, 9)):
+            best[d.trajectory_id] = d
+    return list(best.values())
