@@ -218,3 +218,29 @@ def test_cli_bad_fork_input_is_one_line_and_stores_nothing(tau_db: Path, shared_
         "unknown environment 'bogus'",
         store_option=False,
     )
+
+
+def test_runs_with_injected_faults_replay_to_the_live_state() -> None:
+    """Transient and persistent faults kept the tool from running: replay skips them; silent
+    faults ran it. Either way the rebuilt state equals the live one."""
+    from trajforge.envs.faults import FaultyEnvironment, parse_fault_spec
+    from trajforge.envs.replay import replay_run
+
+    checked = 0
+    for task in list(bundled_tasks("tau-retail"))[:12]:
+        spec = parse_fault_spec("transient:0.4,silent:0.3")
+        live_env = FaultyEnvironment(TauRetailEnv(), spec, seed=3)
+        probe, user = _HashProbe(), ScriptedUser()
+        start = start_conversation(live_env, task, user, Source(harness="test"))
+        live = run_episode(live_env, probe, task, user=user, trajectory=start).with_id()
+        if not live.faults:
+            continue
+        checked += 1
+        fresh = make_env(live)
+        for n, live_hash in probe.seen.items():
+            replay_to(fresh, live, n)
+            assert fresh.state_hash() == live_hash, (task.id, n)
+        report = replay_run(live)
+        assert report.faulted == len(live.faults)
+        assert report.exact == report.calls and report.outcome_agree
+    assert checked >= 3

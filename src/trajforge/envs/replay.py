@@ -47,17 +47,30 @@ def answered_calls(messages: list[Message], n: int) -> list[tuple[int, ToolCall,
     return answered
 
 
+UNEXECUTED_FAULTS = frozenset({"transient", "persistent"})
+"""Injected faults that stand in for the tool call: the tool never ran, so replay skips it.
+A `silent` fault ran the tool and only altered what the agent saw: replay executes it."""
+
+
+def fault_kinds(trajectory: Trajectory) -> dict[int, str]:
+    """Kind of the recorded fault at each tool message index."""
+    return {fault.message_index: fault.kind for fault in trajectory.faults}
+
+
 def replay_to(env: Environment, trajectory: Trajectory, n: int) -> Any:
     """Reset `env` to the trajectory's task, re-execute the calls answered in the first `n`
-    messages, and return `env.snapshot()` (the environment stays in that state)."""
+    messages (not those an injected fault kept from running), and return `env.snapshot()`
+    (the environment stays in that state)."""
     if not 0 <= n <= len(trajectory.messages):
         raise UserError(
             f"trajectory {trajectory.id}: message index {n} is outside "
             f"0..{len(trajectory.messages)}"
         )
     env.reset(trajectory.task)
-    for _, call, _ in answered_calls(trajectory.messages, n):
-        env.step(call)
+    faults = fault_kinds(trajectory)
+    for index, call, _ in answered_calls(trajectory.messages, n):
+        if faults.get(index) not in UNEXECUTED_FAULTS:
+            env.step(call)
     return env.snapshot()
 
 
@@ -74,8 +87,9 @@ class RunReplay(BaseModel):
     """Replay fidelity of one run."""
 
     trajectory_id: str
-    calls: int
+    calls: int = Field(description="Calls compared (calls carrying an injected fault excluded).")
     exact: int
+    faulted: int = Field(default=0, description="Calls with an injected fault, not compared.")
     outcome_agree: bool
     recorded_reward: float | None
     replayed_reward: float | None
@@ -83,15 +97,25 @@ class RunReplay(BaseModel):
 
 
 def replay_run(trajectory: Trajectory, env: Environment | None = None) -> RunReplay:
-    """Re-execute every answered call of a run; compare outputs and the final judgement."""
+    """Re-execute every answered call of a run; compare outputs and the final judgement.
+
+    Calls whose recorded result is an injected fault are not compared: unexecuted ones
+    (transient, persistent) are skipped, silent ones are executed."""
     env = env or make_env(trajectory)
     env.reset(trajectory.task)
     if hasattr(env, "bind_conversation"):
         env.bind_conversation(trajectory.messages)
+    faults = fault_kinds(trajectory)
     mismatches = []
+    compared = 0
     answered = answered_calls(trajectory.messages, len(trajectory.messages))
     for index, call, recorded in answered:
+        if faults.get(index) in UNEXECUTED_FAULTS:
+            continue
         replayed = env.step(call).content
+        if index in faults:
+            continue
+        compared += 1
         if replayed != recorded.text():
             reason = describe_difference(recorded.text(), replayed)
             mismatches.append(
@@ -114,8 +138,9 @@ def replay_run(trajectory: Trajectory, env: Environment | None = None) -> RunRep
         )
     return RunReplay(
         trajectory_id=trajectory.id,
-        calls=len(answered),
-        exact=len(answered) - sum(m.message_index is not None for m in mismatches),
+        calls=compared,
+        exact=compared - sum(m.message_index is not None for m in mismatches),
+        faulted=len(answered) - compared,
         outcome_agree=agree,
         recorded_reward=recorded_reward,
         replayed_reward=outcome.reward,
@@ -143,6 +168,7 @@ class ReplaySummary(BaseModel):
     calls: int = Field(description="Tool calls re-executed.")
     exact: int = Field(description="Calls whose output equals the recorded output.")
     exact_ratio: float = Field(description="exact / calls (1.0 when there are no calls).")
+    faulted: int = Field(default=0, description="Calls with an injected fault (not compared).")
     outcome_agree: int = Field(description="Runs whose evaluation equals the recorded reward.")
     skipped: int = Field(description="Runs of environments that cannot be replayed.")
     skipped_environments: list[str] = Field(description="Those environments.")
@@ -176,6 +202,7 @@ def replay_many(trajectories: Iterable[Trajectory], explicit: bool = False) -> R
         calls=calls,
         exact=exact,
         exact_ratio=exact / calls if calls else 1.0,
+        faulted=sum(r.faulted for r in reports),
         outcome_agree=sum(r.outcome_agree for r in reports),
         skipped=len(skipped),
         skipped_environments=sorted(set(skipped)),
