@@ -25,7 +25,7 @@ from trajforge.errors import EpisodeEnd, UserError
 from trajforge.rollout.episode import Limits, run_episode
 from trajforge.rollout.fork import prepare_turn
 from trajforge.rollout.policy_factory import AgentSpec, build_agents
-from trajforge.schema import Source, Task, Trajectory
+from trajforge.schema import ForkParent, Source, Task, Trajectory
 
 AgentFactory = Callable[[int], tuple[Policy, UserSimulator]]
 """Builds a fresh (policy, user) pair for the run with the given index (seeds vary by run)."""
@@ -137,7 +137,15 @@ def run_handoff(
     return _solve_from(env, env_name, task, reached_traj, solver, config)
 
 
-def _solve_from(env, env_name, task, reached_traj, solver, config):
+def _solve_from(
+    env: Environment,
+    env_name: str,
+    task: Task,
+    reached_traj: Trajectory,
+    solver: tuple[Policy, UserSimulator],
+    config: HandoffConfig,
+) -> tuple[HandoffRun, Trajectory, Trajectory]:
+    """Clone the reached state into a fresh environment and let the solver continue."""
     distance = env.distance() if isinstance(env, Oracle) else None
     index = len(reached_traj.messages)
     solver_env = ENVIRONMENTS.get(env_name)()
@@ -148,6 +156,7 @@ def _solve_from(env, env_name, task, reached_traj, solver, config):
     history.source = Source(
         harness="trajforge-handoff", model=getattr(solver[0], "name", None), run="solver"
     )
+    history.parent = ForkParent(trajectory_id=reached_traj.with_id().id, message_index=index)
     if hasattr(solver_env, "bind_conversation"):
         solver_env.bind_conversation(history.messages)
     if reached_traj.outcome.termination_reason == "handoff":

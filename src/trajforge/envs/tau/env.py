@@ -22,7 +22,8 @@ from trajforge.agents.base import USER_STOP
 from trajforge.envs.base import StepResult
 from trajforge.envs.tau.db import DBState, TauDB
 from trajforge.envs.tau.distractors import distractor_call
-from trajforge.envs.tau.gold import Gold, load_gold
+from trajforge.envs.tau.gold import Gold, GoldAction, load_gold
+from trajforge.envs.tau.tasks import TauTaskSet
 from trajforge.envs.tau.tooling import Tool, run_tool
 from trajforge.errors import UserError
 from trajforge.schema import Message, Outcome, Task, ToolCall
@@ -181,7 +182,7 @@ class TauEnv:
             return ToolCall(id=f"gold_{action.index}", name=action.name, arguments=action.arguments)
         return Message(role="assistant", content=final_message(self.gold.outputs))
 
-    def _next_gold_action(self, done: tuple[int, ...]):
+    def _next_gold_action(self, done: tuple[int, ...]) -> GoldAction | None:
         last_done = max(done, default=-1)
         made = set(self.calls)
         for action in self.gold.actions:
@@ -198,8 +199,6 @@ class TauEnv:
 
     def tasks(self, count: int | None = None, seed: int = 0) -> list[Task]:
         """The bundled tasks of this environment (it is its own `TaskSet`)."""
-        from trajforge.envs.tau.tasks import TauTaskSet
-
         return TauTaskSet(self.name).tasks(count, seed)
 
     def user_facts(self) -> dict[str, str]:
