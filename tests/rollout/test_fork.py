@@ -244,3 +244,37 @@ def test_runs_with_injected_faults_replay_to_the_live_state() -> None:
         assert report.faulted == len(live.faults)
         assert report.exact == report.calls and report.outcome_agree
     assert checked >= 3
+
+
+def test_cli_llm_fork_against_the_mock_server(tau_db: Path) -> None:
+    from trajforge.models.mock_server import MockOpenAIServer
+
+    with Store(tau_db) as store:
+        parent = next(t for t in store.query() if t.success is False and t.parent is None)
+    gold = parent.task.gold
+    script = [
+        {"tool_calls": [{"name": a["name"], "arguments": a["kwargs"]}]} for a in gold["actions"]
+    ]
+    script.append("Done. " + ", ".join(gold["outputs"]))
+    with MockOpenAIServer(script=script) as server:
+        result = _invoke(
+            "fork",
+            parent.id,
+            "--at",
+            "2",
+            "--policy",
+            "llm",
+            "--base-url",
+            server.base_url,
+            "--llm-model",
+            "mock-model",
+            "--db",
+            str(tau_db),
+            "--json",
+        )
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    assert summary["success"] is True and summary["policy"] == "llm:mock-model"
+    with Store(tau_db) as store:
+        child = store.get(summary["id"])
+    assert len(child.llm_calls) == len(script)
