@@ -117,3 +117,13 @@ def test_failed_file_leaves_store_unchanged(tmp_path: Path, monkeypatch) -> None
         report = import_paths(store, [str(bad)])
         assert report.added == 0 and len(report.failed) == 1
         assert store.count() == 1
+
+
+def test_wrong_field_type_names_the_message_field(tmp_path: Path) -> None:
+    runs = orjson.loads(TAU_AIRLINE.read_bytes())
+    runs[1]["traj"][2]["content"] = 123
+    bad = write_json(tmp_path, "gpt-4o-airline.json", runs)
+    with pytest.raises(InputError) as caught:
+        read("tau-bench", bad)
+    message = str(caught.value)
+    assert message.startswith(f"{bad} [record 1]: messages.2.content") and "\n" not in message

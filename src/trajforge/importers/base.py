@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import IO, Protocol
 
 import orjson
+from pydantic import ValidationError
 
 from trajforge.errors import InputError, UserError
 from trajforge.schema import Trajectory
@@ -212,4 +213,12 @@ def record_problem(exc: Exception) -> str:
     """A one-line description of why a record could not be converted."""
     if isinstance(exc, KeyError):
         return f"missing field {exc}"
+    if isinstance(exc, ValidationError):
+        return first_error(exc)
     return str(exc).splitlines()[0]
+
+
+def first_error(exc: ValidationError) -> str:
+    """`field.path: problem` of a validation error's first error, on one line."""
+    error = exc.errors()[0]
+    return f"{'.'.join(str(p) for p in error['loc'])}: {error['msg']}"

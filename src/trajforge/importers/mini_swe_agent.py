@@ -21,12 +21,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
-
 from trajforge.errors import InputError
 from trajforge.importers.base import base_name, load_json
-from trajforge.importers.openai_messages import first_error, to_message
-from trajforge.schema import LLMCall, Message, Outcome, Source, Task, Trajectory, Usage
+from trajforge.importers.openai_messages import message_list, text_of
+from trajforge.schema import Outcome, Source, Task, Trajectory, Usage
 
 _USAGE_KEYS = ("prompt_tokens", "completion_tokens", "total_tokens", "cost")
 _PR = re.compile(r"<pr_description>(.*?)</pr_description>", re.S)
@@ -72,12 +70,7 @@ def _summary_path(path: Path) -> Path:
 def _to_trajectory(data: dict[str, Any], path: Path) -> Trajectory:
     info = data.get("info") or {}
     instance = data.get("instance_id") or _instance_from_path(path)
-    messages = []
-    for position, raw in enumerate(data["messages"]):
-        try:
-            messages.append(to_message(raw))
-        except ValueError as exc:
-            raise ValueError(f"messages[{position}]: {exc}") from exc
+    messages = message_list(data["messages"], "messages")
     calls = _llm_calls(messages)
     config = info.get("config") or {}
     return Trajectory(
@@ -105,38 +98,38 @@ def _to_trajectory(data: dict[str, Any], path: Path) -> Trajectory:
     )
 
 
-def _instruction(messages: list[Message]) -> str | None:
+def _instruction(messages: list[dict[str, Any]]) -> str | None:
     for message in messages:
-        if message.role == "user":
-            match = _PR.search(message.text())
-            return match.group(1).strip() if match else message.text()
+        if message["role"] == "user":
+            text = text_of(message)
+            match = _PR.search(text)
+            return match.group(1).strip() if match else text
     return None
 
 
-def _llm_calls(messages: list[Message]) -> list[LLMCall]:
+def _llm_calls(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """LLM call fields (validated with the trajectory) for each assistant raw response."""
     calls = []
     for index, message in enumerate(messages):
-        response = message.extra.get("response")
-        if message.role != "assistant" or not isinstance(response, dict):
+        response = message["extra"].get("response")
+        if message["role"] != "assistant" or not isinstance(response, dict):
             continue
         usage = response.get("usage") or {}
-        fields = {
-            "id": str(response.get("id") or f"call-{index}"),
-            "message_index": index,
-            "model": response.get("model"),
-            "usage": {key: usage.get(key) for key in _USAGE_KEYS},
-            "started_at": response.get("created"),
-        }
-        try:
-            calls.append(LLMCall.model_validate(fields))
-        except ValidationError as exc:
-            raise ValueError(f"messages[{index}].extra.response: {first_error(exc)}") from None
+        calls.append(
+            {
+                "id": str(response.get("id") or f"call-{index}"),
+                "message_index": index,
+                "model": response.get("model"),
+                "usage": {key: usage.get(key) for key in _USAGE_KEYS},
+                "started_at": response.get("created"),
+            }
+        )
     return calls
 
 
-def _total_usage(calls: list[LLMCall], info: dict[str, Any]) -> Usage:
-    prompt = sum(c.usage.prompt_tokens or 0 for c in calls if c.usage)
-    completion = sum(c.usage.completion_tokens or 0 for c in calls if c.usage)
+def _total_usage(calls: list[dict[str, Any]], info: dict[str, Any]) -> Usage:
+    prompt = sum(_count(c["usage"]["prompt_tokens"]) for c in calls)
+    completion = sum(_count(c["usage"]["completion_tokens"]) for c in calls)
     stats = info.get("model_stats") or {}
     return Usage(
         prompt_tokens=prompt if calls else None,
@@ -144,6 +137,10 @@ def _total_usage(calls: list[LLMCall], info: dict[str, Any]) -> Usage:
         total_tokens=prompt + completion if calls else None,
         cost=stats.get("instance_cost"),
     )
+
+
+def _count(value: Any) -> int:
+    return value if isinstance(value, int) else 0
 
 
 def _outcome(path: Path, instance: str, info: dict[str, Any]) -> Outcome:

@@ -7,16 +7,20 @@ from typing import Any
 import orjson
 from pydantic import ValidationError
 
+from trajforge.importers.base import first_error
 from trajforge.schema import Message, ToolCall
 
 _MESSAGE_FIELDS = {"role", "content", "name", "tool_calls", "tool_call_id"}
 _ROLES = {"system", "user", "assistant", "tool"}
 
 
-def to_message(record: Any) -> Message:
-    """A `Message` from an OpenAI-style dict; unknown fields (and a nested `extra`) go to `extra`.
+def message_fields(record: Any) -> dict[str, Any]:
+    """The `Message` fields of an OpenAI-style dict; unknown fields (and a nested `extra`)
+    go to `extra`.
 
-    Raises ValueError (with the field at fault) on a record that is not a chat message.
+    Checks what pydantic cannot say clearly (a record that is not a message, the role, tool
+    calls without a name); the field types are validated when the trajectory is built, once
+    for all its messages. Raises ValueError naming the field at fault.
     """
     if not isinstance(record, dict):
         raise ValueError(f"expected a message object, got {type(record).__name__}")
@@ -27,7 +31,7 @@ def to_message(record: Any) -> Message:
     if isinstance(record.get("extra"), dict):
         extra |= record["extra"]
     calls = record.get("tool_calls")
-    fields = {
+    return {
         "role": role,
         "content": record.get("content"),
         "name": record.get("name"),
@@ -35,16 +39,35 @@ def to_message(record: Any) -> Message:
         "tool_call_id": record.get("tool_call_id"),
         "extra": extra,
     }
+
+
+def message_list(records: Any, where: str) -> list[dict[str, Any]]:
+    """`message_fields` of each record of a list; errors name `where[position]`."""
+    if not isinstance(records, list):
+        raise ValueError(f"{where}: expected a list of messages")
+    fields = []
+    for position, record in enumerate(records):
+        try:
+            fields.append(message_fields(record))
+        except ValueError as exc:
+            raise ValueError(f"{where}[{position}]: {exc}") from None
+    return fields
+
+
+def to_message(record: Any) -> Message:
+    """A validated `Message` from an OpenAI-style dict (see `message_fields`)."""
     try:
-        return Message.model_validate(fields)
+        return Message.model_validate(message_fields(record))
     except ValidationError as exc:
         raise ValueError(first_error(exc)) from None
 
 
-def first_error(exc: ValidationError) -> str:
-    """`field.path: problem` of the first error, on one line."""
-    error = exc.errors()[0]
-    return f"{'.'.join(str(p) for p in error['loc'])}: {error['msg']}"
+def text_of(fields: dict[str, Any]) -> str:
+    """The text of message fields, as `Message.text()` gives it."""
+    content = fields.get("content")
+    if isinstance(content, list):
+        return "\n".join(str(part.get("text", "")) for part in content if isinstance(part, dict))
+    return content if isinstance(content, str) else ""
 
 
 def _tool_call_fields(calls: Any) -> list[dict[str, Any]]:

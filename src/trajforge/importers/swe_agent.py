@@ -30,8 +30,8 @@ import orjson
 
 from trajforge.errors import InputError
 from trajforge.importers.base import base_name, load_json, record_problem
-from trajforge.importers.openai_messages import to_message
-from trajforge.schema import Message, Outcome, Source, Task, Trajectory, Usage
+from trajforge.importers.openai_messages import message_list, text_of
+from trajforge.schema import Outcome, Source, Task, Trajectory, Usage
 
 _STEP_FIELDS = ("execution_time", "state")
 
@@ -106,26 +106,23 @@ def _replay_config(raw: Any) -> dict[str, Any]:
     return raw if isinstance(raw, dict) else {}
 
 
-def _messages(history: Any) -> list[Message]:
+def _messages(history: Any) -> list[dict[str, Any]]:
     if not isinstance(history, list):
         raise ValueError("history: expected a list of messages")
-    messages = []
-    for position, raw in enumerate(history):
-        if not isinstance(raw, dict):
-            raise ValueError(f"history[{position}]: expected a JSON object")
-        ids = raw.get("tool_call_ids")
-        if raw.get("role") == "tool" and ids and "tool_call_id" not in raw:
-            raw = raw | {"tool_call_id": ids[0]}
-        try:
-            messages.append(to_message(raw))
-        except ValueError as exc:
-            raise ValueError(f"history[{position}]: {exc}") from exc
-    return messages
+    return message_list([_with_call_id(raw) for raw in history], "history")
 
 
-def _attach_steps(messages: list[Message], steps: list[Any]) -> None:
+def _with_call_id(raw: Any) -> Any:
+    """SWE-agent 1.x tool results name their calls in `tool_call_ids` (a list)."""
+    if not isinstance(raw, dict) or raw.get("role") != "tool" or "tool_call_id" in raw:
+        return raw
+    ids = raw.get("tool_call_ids")
+    return raw | {"tool_call_id": ids[0]} if isinstance(ids, list) and ids else raw
+
+
+def _attach_steps(messages: list[dict[str, Any]], steps: list[Any]) -> None:
     """Mark the assistant message of each trajectory step (see the module docstring)."""
-    actions = [m for m in messages if m.role == "assistant" and not m.extra.get("is_demo")]
+    actions = [m for m in messages if m["role"] == "assistant" and not m["extra"].get("is_demo")]
     if len(actions) < len(steps):
         raise ValueError(
             f"trajectory has {len(steps)} steps but history only {len(actions)} assistant messages"
@@ -133,12 +130,12 @@ def _attach_steps(messages: list[Message], steps: list[Any]) -> None:
     for number, (message, step) in enumerate(zip(actions, steps, strict=False)):
         if not isinstance(step, dict):
             raise ValueError(f"trajectory[{number}]: expected a JSON object")
-        message.extra["trajectory_step"] = number
-        message.extra |= {k: step[k] for k in _STEP_FIELDS if k in step}
+        message["extra"]["trajectory_step"] = number
+        message["extra"] |= {k: step[k] for k in _STEP_FIELDS if k in step}
 
 
-def _first_user_text(messages: list[Message]) -> str | None:
-    return next((m.text() for m in messages if m.role == "user"), None)
+def _first_user_text(messages: list[dict[str, Any]]) -> str | None:
+    return next((text_of(m) for m in messages if m["role"] == "user"), None)
 
 
 def _sum(a: int | None, b: int | None) -> int | None:

@@ -34,8 +34,8 @@ from trajforge.importers.base import (
     record_problem,
     should_stream,
 )
-from trajforge.importers.openai_messages import to_message
-from trajforge.schema import Message, Outcome, Source, Task, Trajectory, Usage
+from trajforge.importers.openai_messages import message_list
+from trajforge.schema import Outcome, Source, Task, Trajectory, Usage
 
 _NAME = re.compile(r"^(?P<run>.+?)_(?P<domain>[a-z]+)_(?P<model>.+?)(_\d+trials?)?\.json$")
 SUBMISSION = "submission.json"
@@ -191,17 +191,18 @@ def scenario_text(scenario: dict[str, Any]) -> str | None:
     return "\n\n".join(parts) or None
 
 
-def _messages(raw_messages: list[Any]) -> list[Message]:
-    messages = []
+def _messages(raw_messages: Any) -> list[dict[str, Any]]:
+    if not isinstance(raw_messages, list):
+        raise ValueError("messages: expected a list of messages")
     for position, raw in enumerate(raw_messages):
-        if not isinstance(raw, dict):
-            raise ValueError(f"messages[{position}]: expected a JSON object")
-        if raw.get("turn_idx", position) != position:
-            raise ValueError(f"messages[{position}]: turn_idx {raw['turn_idx']} != {position}")
-        if raw.get("role") == "tool" and "tool_call_id" not in raw:
-            raw = {k: v for k, v in raw.items() if k != "id"} | {"tool_call_id": raw.get("id")}
-        try:
-            messages.append(to_message(raw))
-        except ValueError as exc:
-            raise ValueError(f"messages[{position}]: {exc}") from exc
-    return messages
+        turn = raw.get("turn_idx", position) if isinstance(raw, dict) else position
+        if turn != position:
+            raise ValueError(f"messages[{position}]: turn_idx {turn} != {position}")
+    return message_list([_with_call_id(raw) for raw in raw_messages], "messages")
+
+
+def _with_call_id(raw: Any) -> Any:
+    """tau2 tool results name their call in `id`; chat messages use `tool_call_id`."""
+    if isinstance(raw, dict) and raw.get("role") == "tool" and "tool_call_id" not in raw:
+        return {k: v for k, v in raw.items() if k != "id"} | {"tool_call_id": raw.get("id")}
+    return raw

@@ -20,7 +20,7 @@ from typing import Any
 
 from trajforge.errors import InputError
 from trajforge.importers.base import base_name, iter_json_array, record_problem
-from trajforge.importers.openai_messages import to_message
+from trajforge.importers.openai_messages import message_list, text_of
 from trajforge.schema import Outcome, Source, Task, Trajectory
 
 _MODEL_FROM_NAME = re.compile(r"^(?P<model>.+?)-(airline|retail)\.json$")
@@ -50,12 +50,7 @@ def run_to_trajectory(record: Any, path: Path) -> Trajectory:
         raise ValueError("expected a JSON object")
     info = record.get("info") or {}
     task = info.get("task") or {}
-    messages = []
-    for position, raw in enumerate(record["traj"]):
-        try:
-            messages.append(to_message(raw))
-        except ValueError as exc:
-            raise ValueError(f"traj[{position}]: {exc}") from exc
+    messages = message_list(record["traj"], "traj")
     reward = record.get("reward")
     return Trajectory(
         task=Task(
@@ -84,8 +79,9 @@ def run_to_trajectory(record: Any, path: Path) -> Trajectory:
     )
 
 
-def _environment(messages: list, path: Path) -> str:
-    system = messages[0].text().lower() if messages and messages[0].role == "system" else ""
+def _environment(messages: list[dict[str, Any]], path: Path) -> str:
+    first = messages[0] if messages else {}
+    system = text_of(first).lower() if first.get("role") == "system" else ""
     for domain in ("airline", "retail"):
         if f"{domain} agent policy" in system:
             return f"tau-{domain}"

@@ -24,8 +24,8 @@ from typing import Any
 
 from trajforge.errors import InputError
 from trajforge.importers.base import load_json, record_problem
-from trajforge.importers.openai_messages import to_message
-from trajforge.schema import Label, Message, Outcome, Source, Task, Trajectory
+from trajforge.importers.openai_messages import message_list
+from trajforge.schema import Label, Outcome, Source, Task, Trajectory
 
 _CONSUMED = {
     "question",
@@ -64,7 +64,7 @@ class WhoAndWhenImporter:
 
 
 def _to_trajectory(data: dict[str, Any], path: Path) -> Trajectory:
-    messages = _messages(data["history"])
+    messages = message_list(data["history"], "history")
     correct = data.get("is_correct")
     return Trajectory(
         task=Task(
@@ -90,18 +90,6 @@ def _to_trajectory(data: dict[str, Any], path: Path) -> Trajectory:
         metadata={"system_prompts": data.get("system_prompt") or {}}
         | {k: v for k, v in data.items() if k not in _CONSUMED},
     )
-
-
-def _messages(history: Any) -> list[Message]:
-    if not isinstance(history, list):
-        raise ValueError("history: expected a list of messages")
-    messages = []
-    for position, raw in enumerate(history):
-        try:
-            messages.append(to_message(raw))
-        except (ValueError, AttributeError) as exc:
-            raise ValueError(f"history[{position}]: {exc}") from exc
-    return messages
 
 
 def _label(data: dict[str, Any], n_messages: int) -> Label:
