@@ -74,9 +74,6 @@ class FaultSpec(BaseModel):
         """The canonical text form (parsing it gives the same spec)."""
         return ",".join(rule.spec() for rule in self.rules)
 
-    def kinds(self) -> list[str]:
-        return sorted({rule.kind for rule in self.rules})
-
 
 def check_tools(spec: FaultSpec, env: Environment) -> None:
     """UserError when a rule names a tool the environment does not have."""
