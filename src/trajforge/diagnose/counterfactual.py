@@ -1,7 +1,8 @@
 """Counterfactual localization on forkable runs, and continuation by the expert.
 
 V(t) is whether the expert, continuing from the state after agent message t (the message
-and the tool results that answer it), still succeeds. The decisive error is the first agent
+and the tool results that answer it), still succeeds (within the run's own step budget when
+the run ended by hitting its step limit). The decisive error is the first agent
 message after which V is false. When V never drops, the error is the agent's omission at its
 last message: it ended (or handed off) while the expert could still have finished. When V is
 already false before the agent's first message, the expert cannot solve the task from the
@@ -66,9 +67,17 @@ def continue_from(
     expert finish, after sending `first` when given; the scripted user plays the customer.
     Returns the fork (not stored)."""
     policy = CorrectedExpert(first) if first is not None else ExpertPolicy()
-    steps = len([i for i in range(cut) if traj.messages[i].role == "assistant"]) + EXTRA_STEPS
-    options = ForkOptions(limits=Limits(max_steps=steps), harness="trajforge-counterfactual")
+    options = ForkOptions(limits=step_budget(traj, cut), harness="trajforge-counterfactual")
     return fork(traj, cut, policy, user=ScriptedUser(), env=env, options=options)
+
+
+def step_budget(traj: Trajectory, cut: int) -> Limits:
+    """The expert's step limit: the run's own budget when the run was cut off by its step
+    limit (the expert must finish within the steps the agent had), else EXTRA_STEPS more."""
+    if traj.outcome.termination_reason == "max_steps":
+        return Limits(max_steps=len(traj.assistant_indices()))
+    steps = len([i for i in range(cut) if traj.messages[i].role == "assistant"]) + EXTRA_STEPS
+    return Limits(max_steps=steps)
 
 
 def expert_succeeds(env: Environment, traj: Trajectory, cut: int) -> bool:
