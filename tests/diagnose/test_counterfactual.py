@@ -115,3 +115,26 @@ def test_invalid_call_in_fork_is_not_verified(airline_runs: list[Trajectory]) ->
     diagnosis.step = 30  # after the wrong booking: no proposal can succeed any more
     verdict = verify_by_fork(traj, diagnosis)
     assert not verdict.verified
+
+
+def test_step_budget_decides_in_a_recoverable_environment() -> None:
+    """Household tasks can always be recovered, so a noisy run fails only by running out of
+    steps. V(t) uses the run's own budget (12 agent steps here): the decisive step is the
+    deliberate detour after which the steps left no longer suffice for the expert; the
+    earlier detours (message 6, 10) still left enough steps."""
+    from trajforge.agents.expert import NoisyExpertPolicy
+    from trajforge.envs import ENVIRONMENTS
+    from trajforge.rollout.episode import Limits, run_episode
+
+    env_class = ENVIRONMENTS.get("household")
+    task = env_class().tasks(count=2, seed=0)[1]
+    policy = NoisyExpertPolicy(error_rate=0.5, seed=0)
+    run = run_episode(env_class(), policy, task, limits=Limits(max_steps=12)).with_id()
+    assert (run.outcome.termination_reason, run.success) == ("max_steps", False)
+    labelled = [label.message_index for label in run.labels]
+    diagnosis = CounterfactualLocalizer().localize(run)
+    assert diagnosis is not None and diagnosis.step is not None
+    assert diagnosis.step in labelled and diagnosis.step > labelled[0]
+    values = diagnosis.details["V"]
+    assert values[str(diagnosis.step)] is False
+    assert all(v for k, v in values.items() if int(k) < diagnosis.step)
