@@ -80,9 +80,10 @@ def test_who_and_when_labels_point_at_mistake_step(imported, shared_data: Path) 
         (label,) = traj.labels
         assert label.source == "human"
         assert label.message_index == int(raw["mistake_step"]) < len(traj.messages)
-        assert traj.messages[label.message_index].text() == raw["history"][label.message_index][
-            "content"
-        ]
+        assert (
+            traj.messages[label.message_index].text()
+            == raw["history"][label.message_index]["content"]
+        )
         assert (label.agent, label.reason) == (raw["mistake_agent"], raw["mistake_reason"])
         assert traj.task.gold == raw["ground_truth"]
 
@@ -96,4 +97,3 @@ def test_non_trajectories_are_listed_not_failed(imported, shared_data: Path) -> 
     assert not any(p.endswith(".traj.json") for p in skipped)
     reports = [p for p in first.sidecars if p.endswith("report.json")]
     assert len(reports) == 393
-
