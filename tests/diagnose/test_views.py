@@ -64,3 +64,12 @@ def test_all_items_on_request(
     view = _load(tmp_path / "diagnosis.jsonl")
     assert sorted(set(view["verified"])) == [False, True]
     assert set(view["harness"]) == {"tau-bench", "captain-agent"}
+
+
+def test_recovery_view_carries_the_environment_tools(
+    tmp_path: Path, airline_runs: list[Trajectory], who_and_when_runs: list[Trajectory]
+) -> None:
+    write_views(_pairs(airline_runs, who_and_when_runs), tmp_path)
+    row = orjson.loads((tmp_path / "recovery.jsonl").read_bytes().splitlines()[0])
+    names = {tool["function"]["name"] for tool in orjson.loads(row["tools"])}
+    assert {"book_reservation", "get_user_details"} <= names

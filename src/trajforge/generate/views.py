@@ -3,7 +3,8 @@
 - diagnosis view: the run up to the decisive step -> the diagnosis as JSON (step, agent,
   category, explanation, cited evidence).
 - actor-recovery view: the run before the decisive step + diagnostic feedback -> the
-  corrected action (a tool call or a message).
+  corrected action (a tool call or a message), with the tool schemas the agent had (those
+  recorded in the run, else its environment's).
 
 Both are chat JSONL (`{"messages": [...], "tools": "<json>", ...metadata}`); `tools` is a JSON
 string so rows with different tool sets share one column type. Only verified diagnoses are
@@ -20,6 +21,7 @@ from typing import Any
 import orjson
 from pydantic import BaseModel, Field
 
+from trajforge.diagnose.forking import tool_schemas
 from trajforge.diagnose.model import Diagnosis
 from trajforge.diagnose.taxonomy import taxonomy_text
 from trajforge.schema import Message, Trajectory
@@ -134,7 +136,7 @@ def recovery_item(traj: Trajectory, diagnosis: Diagnosis) -> dict | None:
     target = chat_message(diagnosis.correction.as_message())
     return {
         "messages": [*prefix, feedback, target],
-        "tools": orjson.dumps(traj.tools).decode(),
+        "tools": orjson.dumps(tool_schemas(traj)).decode(),
         **_metadata(traj, diagnosis),
     }
 
