@@ -1,16 +1,21 @@
 """The store writer: one thread owns the SQLite connection and the session states.
 
-Handlers hand over a `CapturedCall` and get a future that resolves once the call is
-committed. The writer drains whatever is queued into one transaction: each call becomes a
-`proxy_calls` row and the sessions it touched are re-assembled and `put` as trajectories. A
-session met for the first time since start-up is rebuilt from its stored rows, so a restarted
-proxy continues a session where it stopped.
+Handlers hand over a `CapturedCall` and get a future that resolves once its `proxy_calls` row
+is committed (that row is the durable record). The writer drains whatever is queued into one
+transaction. Re-assembling a session's trajectory costs more (it grows with the session), so
+it happens after the futures are resolved, once no call has come for `IDLE_REFRESH_S`, and
+at least every `REFRESH_INTERVAL_S` under steady load. A session met for the first time since
+start-up is rebuilt from its stored rows, so a restarted proxy continues a session where it
+stopped, and `repair()` re-assembles sessions whose trajectory missed calls (a proxy killed
+before its last refresh).
 """
 
 from __future__ import annotations
 
+import logging
 import queue
 import threading
+import time
 from concurrent.futures import Future
 from dataclasses import dataclass
 
@@ -19,7 +24,11 @@ from trajforge.proxy.session import SessionState, trajectory_id
 from trajforge.schema import Outcome
 from trajforge.store import Store
 
+log = logging.getLogger("trajforge.proxy")
+
 MAX_BATCH = 256
+REFRESH_INTERVAL_S = 0.5
+IDLE_REFRESH_S = 0.05
 
 
 @dataclass
@@ -27,6 +36,7 @@ class _Job:
     future: Future
     call: CapturedCall | None = None
     outcome: tuple[str, Outcome] | None = None
+    flush: bool = False
 
 
 class Recorder:
@@ -36,6 +46,8 @@ class Recorder:
         self.store = store
         self.harness = harness
         self.sessions: dict[str, SessionState] = {}
+        self._dirty: dict[str, SessionState] = {}
+        self._refreshed_at = time.monotonic()
         self._queue: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name="trajforge-recorder", daemon=True)
         self._thread.start()
@@ -48,65 +60,106 @@ class Recorder:
 
     def set_outcome(self, session: str, outcome: Outcome) -> Future:
         """Record how a session ended (reward for RL export); resolves to the trajectory id."""
-        job = _Job(Future(), outcome=(session, outcome))
+        job = _Job(Future(), outcome=(session, outcome), flush=True)
         self._queue.put(job)
         return job.future
 
     def flush(self) -> None:
-        """Block until everything queued so far is committed."""
-        job = _Job(Future())
+        """Block until everything queued so far is committed and assembled."""
+        job = _Job(Future(), flush=True)
         self._queue.put(job)
         job.future.result()
 
     def close(self) -> None:
         self._queue.put(None)
-        self._thread.join(timeout=30)
+        self._thread.join(timeout=60)
+
+    def repair(self) -> list[str]:
+        """Re-assemble the sessions whose stored trajectory lacks some of their calls.
+
+        Runs on the writer thread at start-up (the connection is not shared between threads).
+        """
+        rows = self.store.db.execute(
+            "SELECT p.session, COUNT(*), json_extract(CAST(t.doc AS TEXT), '$.metadata.n_calls') "
+            "FROM proxy_calls p LEFT JOIN trajectories t ON t.id = p.trajectory_id "
+            "GROUP BY p.session"
+        ).fetchall()
+        stale = [session for session, count, assembled in rows if count != assembled]
+        with self.store.transaction():
+            for session in stale:
+                self.store.put(self._state(session).trajectory())
+        return stale
 
     def _run(self) -> None:
+        self.repair()
         while True:
-            first = self._queue.get()
-            if first is None:
-                return
+            wait = IDLE_REFRESH_S if self._dirty else None
+            try:
+                first = self._queue.get(timeout=wait)
+            except queue.Empty:
+                self._refresh()
+                continue
             batch = [first]
-            while len(batch) < MAX_BATCH:
+            while batch[-1] is not None and len(batch) < MAX_BATCH:
                 try:
-                    job = self._queue.get_nowait()
+                    batch.append(self._queue.get_nowait())
                 except queue.Empty:
                     break
-                if job is None:
-                    self._write(batch)
-                    return
-                batch.append(job)
-            self._write(batch)
+            jobs = [job for job in batch if job is not None]
+            self._write(jobs)
+            self._maybe_refresh(jobs)
+            if batch[-1] is None:
+                self._refresh()
+                return
 
     def _write(self, batch: list[_Job]) -> None:
         try:
             results = self._commit(batch)
-        except Exception as exc:  # the handlers turn this into an error answer
+        except Exception as exc:  # the handlers log it and still answer the client
             for job in batch:
                 job.future.set_exception(exc)
+                if job.call is not None:  # reload that session from what was committed
+                    self.sessions.pop(job.call.session, None)
+                    self._dirty.pop(job.call.session, None)
             return
         for job, result in zip(batch, results, strict=True):
-            job.future.set_result(result)
+            if not job.flush:
+                job.future.set_result(result)
+
+    def _maybe_refresh(self, jobs: list[_Job]) -> None:
+        flushes = [job for job in jobs if job.flush and not job.future.done()]
+        if flushes or time.monotonic() - self._refreshed_at >= REFRESH_INTERVAL_S:
+            self._refresh()
+        for job in flushes:
+            job.future.set_result(trajectory_id(job.outcome[0]) if job.outcome else None)
+
+    def _refresh(self) -> None:
+        self._refreshed_at = time.monotonic()
+        if not self._dirty:
+            return
+        dirty, self._dirty = self._dirty, {}
+        try:
+            with self.store.transaction():
+                for state in dirty.values():
+                    self.store.put(state.trajectory())
+        except Exception:  # the calls are safe in proxy_calls; repair() assembles them later
+            log.exception("could not assemble sessions %s", sorted(dirty))
 
     def _commit(self, batch: list[_Job]) -> list[object]:
-        touched: dict[str, SessionState] = {}
         results: list[object] = []
         with self.store.transaction():
             for job in batch:
                 if job.call is not None:
                     state = self._state(job.call.session)
                     results.append(self._insert(state, job.call))
-                    touched[state.name] = state
+                    self._dirty[state.name] = state
                 elif job.outcome is not None:
                     state = self._state(job.outcome[0])
                     state.outcome = job.outcome[1]
-                    touched[state.name] = state
+                    self._dirty[state.name] = state
                     results.append(trajectory_id(state.name))
                 else:
                     results.append(None)
-            for state in touched.values():
-                self.store.put(state.trajectory())
         return results
 
     def _insert(self, state: SessionState, call: CapturedCall) -> int:

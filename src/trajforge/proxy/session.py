@@ -113,7 +113,7 @@ class SessionState:
             id=str(response.get("id") or f"{self.name}/{self.next_seq}"),
             model=response.get("model") or captured.request.get("model"),
             request=request,
-            response=_slim_response(captured.response) if captured.error is None else None,
+            response=_slim_response(captured.response),
             prompt_token_ids=captured.prompt_token_ids,
             completion_token_ids=captured.completion_token_ids,
             logprobs=captured.logprobs,

@@ -31,24 +31,40 @@ def _event(data: dict) -> bytes:
     return b"data: " + orjson.dumps(data) + b"\n\n"
 
 
-async def _chunks(response: httpx.Response, timeout_s: float) -> AsyncIterator[dict]:
-    """Decoded chunks until `[DONE]`; raises `UpstreamError` on any kind of broken stream."""
+def _decode(line: bytes) -> dict | None:
+    """One SSE line: a chunk, None for anything that is not data; raises on bad data."""
+    if not line.startswith(b"data:"):
+        return None
+    data = line[5:].strip()
     try:
-        async for line in response.aiter_lines():
-            if not line.startswith("data:"):
-                continue
-            data = line[5:].strip()
-            if data == "[DONE]":
-                return
-            try:
-                chunk = orjson.loads(data)
-            except orjson.JSONDecodeError:
-                raise observed(
-                    502, "upstream_malformed", f"bad stream chunk: {data[:200]!r}"
-                ) from None
-            if isinstance(chunk, dict) and "error" in chunk:
-                raise observed(502, "upstream_5xx", f"upstream stream error: {chunk['error']}")
-            yield chunk
+        chunk = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        raise observed(502, "upstream_malformed", f"bad stream chunk: {data[:200]!r}") from None
+    if isinstance(chunk, dict) and "error" in chunk:
+        raise observed(502, "upstream_5xx", f"upstream stream error: {chunk['error']}")
+    return chunk
+
+
+async def _chunk_batches(response: httpx.Response, timeout_s: float) -> AsyncIterator[list[dict]]:
+    """The decoded chunks of each network read, until `[DONE]`.
+
+    Chunks that arrive together are relayed together (one write to the client instead of
+    one per chunk). Raises `UpstreamError` on any kind of broken stream.
+    """
+    pending = b""
+    try:
+        async for raw in response.aiter_bytes():
+            *lines, pending = (pending + raw).split(b"\n")
+            batch = []
+            for line in lines:
+                if line.strip() == b"data: [DONE]":
+                    yield batch
+                    return
+                chunk = _decode(line.strip())
+                if chunk is not None:
+                    batch.append(chunk)
+            if batch:
+                yield batch
     except httpx.HTTPError as exc:
         raise transport_error(exc, timeout_s) from exc
     raise observed(502, "upstream_truncated", "upstream stream ended without [DONE]")
@@ -87,13 +103,12 @@ class StreamRelay:
     async def _forward(self) -> AsyncIterator[bytes]:
         held: list[bytes] = []
         try:
-            async for chunk in _chunks(self.response, self.proxy.config.timeout_s):
-                self.assembly.add(chunk)
-                shown = for_client(chunk, self.asked)
-                if shown is not None:
-                    held.append(_event(shown))
-                if held and not self.truncate:
-                    yield held.pop()
+            async for batch in _chunk_batches(self.response, self.proxy.config.timeout_s):
+                events = self._shown(batch)
+                if self.truncate:
+                    held.extend(events)
+                elif events:
+                    yield b"".join(events)
         except UpstreamError as error:
             await self._record(error.status, error.message, error.fault)
             yield _event(error.body)
@@ -102,11 +117,19 @@ class StreamRelay:
             detail = "stream cut after half of its chunks"
             fault = UpstreamFault(kind="upstream_truncated", detail=detail, injected=True)
             await self._record(200, detail, fault)
-            for event in held[: max(1, len(held) // 2)]:
-                yield event
+            yield b"".join(held[: max(1, len(held) // 2)])
             return
         await self._record(200, None, None)
         yield DONE
+
+    def _shown(self, batch: list[dict]) -> list[bytes]:
+        events = []
+        for chunk in batch:
+            self.assembly.add(chunk)
+            shown = for_client(chunk, self.asked)
+            if shown is not None:
+                events.append(_event(shown))
+        return events
 
     def _answer(self) -> tuple[dict | None, Tokens | None]:
         chat = self.context.endpoint == "chat/completions"
