@@ -13,6 +13,7 @@ Exporter = Callable[[Iterable[Trajectory], Path], int]
 EXPORTERS: Registry[Exporter] = Registry("export format")
 EXPORTERS.register("jsonl", "trajforge.export.tables:write_jsonl")
 EXPORTERS.register("parquet", "trajforge.export.tables:write_parquet")
+EXPORTERS.register("rl", "trajforge.export.rl:write_rl")
 
 
 def export(fmt: str, trajs: Iterable[Trajectory], out: Path) -> int:

@@ -1,0 +1,117 @@
+"""Token-level RL samples from recorded model calls (`trajforge export --format rl`).
+
+A session's calls form one growing token sequence as long as each prompt starts with the
+previous prompt plus its completion. Each such run of calls becomes one sample:
+
+- `prompt_ids`: the first call's prompt;
+- `completion_ids`: everything after it: the model's completions and, between them, the
+  tokens the harness added (tool results, user turns);
+- `loss_mask`: 1 on tokens the model sampled, 0 on tokens the harness added;
+- `logprobs`: the sampling-time logprob of each model token, 0.0 where the mask is 0;
+- `reward`: the trajectory's reward (or 1.0 / 0.0 from its success), None when unknown.
+
+A new sample starts at every drift point: where the proxy's drift audit saw the history
+rewritten, compacted or re-tokenized, or where the prompt tokens do not extend the sequence.
+Calls without token ids or logprobs, and failed calls, are left out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import orjson
+
+from trajforge.export.tables import atomic_path
+from trajforge.schema import LLMCall, Trajectory
+
+DRIFT_STATUSES = ("rewritten", "compacted", "retokenized")
+
+
+@dataclass
+class _Sequence:
+    prompt: list[int]
+    tokens: list[int] = field(default_factory=list)
+    mask: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    call_ids: list[str] = field(default_factory=list)
+
+    def extends(self, call: LLMCall) -> bool:
+        known = self.prompt + self.tokens
+        return call.prompt_token_ids[: len(known)] == known
+
+    def add(self, call: LLMCall) -> None:
+        added = call.prompt_token_ids[len(self.prompt) + len(self.tokens) :]
+        completion = call.completion_token_ids or []
+        self.tokens += added + completion
+        self.mask += [0] * len(added) + [1] * len(completion)
+        self.logprobs += [0.0] * len(added) + list(call.logprobs or [])
+        self.call_ids.append(call.id)
+
+
+def _usable(call: LLMCall) -> bool:
+    ids, completion, logprobs = call.prompt_token_ids, call.completion_token_ids, call.logprobs
+    return (
+        call.error is None
+        and ids is not None
+        and completion is not None
+        and logprobs is not None
+        and len(logprobs) == len(completion)
+    )
+
+
+def _drifted(call: LLMCall) -> bool:
+    return (call.extra.get("drift") or {}).get("status") in DRIFT_STATUSES
+
+
+def token_sequences(traj: Trajectory) -> Iterator[_Sequence]:
+    """The trajectory's calls cut into sequences at drift points."""
+    current: _Sequence | None = None
+    for call in traj.llm_calls:
+        if not _usable(call):
+            continue
+        if current is None or _drifted(call) or not current.extends(call):
+            if current is not None:
+                yield current
+            current = _Sequence(prompt=list(call.prompt_token_ids))
+        current.add(call)
+    if current is not None:
+        yield current
+
+
+def _reward(traj: Trajectory) -> float | None:
+    if traj.outcome.reward is not None:
+        return traj.outcome.reward
+    if traj.outcome.success is not None:
+        return 1.0 if traj.outcome.success else 0.0
+    return None
+
+
+def rl_samples(traj: Trajectory) -> Iterator[dict]:
+    """The RL samples of one trajectory."""
+    for index, sequence in enumerate(token_sequences(traj)):
+        yield {
+            "trajectory_id": traj.id,
+            "segment": index,
+            "prompt_ids": sequence.prompt,
+            "completion_ids": sequence.tokens,
+            "loss_mask": sequence.mask,
+            "logprobs": sequence.logprobs,
+            "reward": _reward(traj),
+            "call_ids": sequence.call_ids,
+            "model": traj.source.model,
+        }
+
+
+def write_rl(trajs: Iterable[Trajectory], out: Path) -> int:
+    """One JSON sample per line; returns the number of trajectories that gave samples."""
+    count = 0
+    with atomic_path(out) as tmp, tmp.open("wb") as handle:
+        for traj in trajs:
+            written = 0
+            for sample in rl_samples(traj):
+                handle.write(orjson.dumps(sample) + b"\n")
+                written += 1
+            count += bool(written)
+    return count
