@@ -201,6 +201,7 @@ def test_cli_bad_fork_input_is_one_line_and_stores_nothing(tau_db: Path, shared_
         parent = next(t for t in store.query() if t.parent is None)
     end = len(parent.messages)
     _assert_refused(tau_db, ["fork", parent.id, "--at", str(end + 1)], "past the end")
+    _assert_refused(tau_db, ["fork", parent.id, "--at", "-1"], "negative")
     _assert_refused(
         tau_db, ["fork", parent.id, "--at", "2", "--policy", "bogus"], "unknown policy 'bogus'"
     )

@@ -47,7 +47,9 @@ def resolve_parent(store_or_parent: Store | Trajectory, parent_id: str | None = 
 
 
 def check_fork_index(parent: Trajectory, at: int) -> None:
-    if not 0 <= at <= len(parent.messages):
+    if at < 0:
+        raise UserError(f"fork index {at} is negative; use 0..{len(parent.messages)}")
+    if at > len(parent.messages):
         raise UserError(
             f"fork index {at} is past the end of trajectory {parent.id} "
             f"({len(parent.messages)} messages; use 0..{len(parent.messages)})"
