@@ -117,3 +117,18 @@ def test_repeated_shell_command_with_same_output_is_looping(shared_data: Path) -
     assert diagnosis is not None
     assert (diagnosis.step, diagnosis.category) == (26, "looping")
     assert [e.message_index for e in diagnosis.evidence] == [8, 26]
+
+
+def test_secondary_findings_are_cited_beside_the_decisive_step(
+    who_and_when_runs: list[Trajectory],
+) -> None:
+    """Who&When run 18: the search script fails at message 5 (exit code 1, a TypeError),
+    and message 6 reads the partial results without taking up the failure; message 9
+    declares "Stanza 3" final although no execution ever succeeded. Both are recorded beside
+    the decisive step, which the primary detectors keep at the first contribution."""
+    traj = who_and_when_runs[17]
+    diagnosis = localize_heuristic(traj)
+    assert diagnosis is not None and diagnosis.step == 1
+    others = {(o["step"], o["category"]) for o in diagnosis.details["other_findings"]}
+    assert others == {(6, "misread_tool_output"), (9, "premature_termination")}
+    assert {6, 9} <= {e.message_index for e in diagnosis.evidence}

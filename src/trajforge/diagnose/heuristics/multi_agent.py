@@ -14,6 +14,10 @@ others then verify and agree with. The detectors, in order:
    execution fails (tool misuse), a final answer with nothing executed (unverified answer,
    premature termination), code on a wrong path (wrong plan) or unsupported claims
    (hallucination).
+
+Two more detectors — a failed execution the next agent ignores, a final answer asserted
+before any execution succeeded — are recorded beside the decisive error (`other_findings`)
+and cited as evidence; on Who&When they point past the labelled step, so they do not decide.
 """
 
 from __future__ import annotations
@@ -144,10 +148,70 @@ def _classify_contribution(traj: Trajectory, index: int) -> tuple[str, str, list
     return "hallucination", "states results that no executed step supports", []
 
 
-def localize_multi_agent(traj: Trajectory) -> Diagnosis | None:
-    """The first detector with a finding, in the order documented above."""
-    for detect in (fabricated_data, code_in_opening, first_contribution):
-        found = detect(traj)
-        if found is not None:
-            return found
+_ACKNOWLEDGES = re.compile(
+    r"error|fail|issue|problem|fix|correct|again|instead|traceback|exception", re.IGNORECASE
+)
+
+
+def ignored_execution_failure(traj: Trajectory) -> Diagnosis | None:
+    """A failed code execution that the next agent message does not take up."""
+    for index, message in enumerate(traj.messages):
+        if not (is_terminal(message) and is_error_text(message.text())):
+            continue
+        reply = next((i for i in _agent_steps(traj) if i > index), None)
+        if reply is not None and not _ACKNOWLEDGES.search(traj.messages[reply].text()):
+            return _diagnosis(
+                traj,
+                reply,
+                "misread_tool_output",
+                f"the code execution at message {index} failed and message {reply} goes on "
+                "without taking it up",
+                evidence=[Evidence(message_index=index, note="the failed execution")],
+                fix="Read the failed execution, fix the code and run it again before going on.",
+                details={"detector": "ignored-execution-failure"},
+            )
     return None
+
+
+def unverified_final_answer(traj: Trajectory) -> Diagnosis | None:
+    """A final answer asserted before any code execution succeeded."""
+    succeeded = False
+    for index, message in enumerate(traj.messages):
+        if is_terminal(message):
+            succeeded = succeeded or not is_error_text(message.text())
+        elif index > 0 and _FINAL.search(message.text()) and not succeeded:
+            return _diagnosis(
+                traj,
+                index,
+                "premature_termination",
+                f"{speaker(message)} asserts a final answer at message {index} although no "
+                "execution had succeeded to verify it",
+                fix="Verify the answer with an executed check or a cited source before "
+                "declaring it final.",
+                details={"detector": "unverified-final-answer"},
+            )
+    return None
+
+
+PRIMARY = (fabricated_data, code_in_opening, first_contribution)
+"""Detectors that localize, in priority order (measured best on Who&When)."""
+SECONDARY = (ignored_execution_failure, unverified_final_answer)
+"""Detectors whose findings are recorded beside the decisive error, never instead of it:
+on Who&When they point at later messages than the labelled decisive ones."""
+
+
+def localize_multi_agent(traj: Trajectory) -> Diagnosis | None:
+    """The first primary finding, with the secondary findings recorded and cited."""
+    primary = next((found for detect in PRIMARY if (found := detect(traj)) is not None), None)
+    if primary is None:
+        return None
+    for detect in SECONDARY:
+        found = detect(traj)
+        if found is not None and found.step != primary.step:
+            primary.details.setdefault("other_findings", []).append(
+                {"step": found.step, "category": found.category, "why": found.explanation}
+            )
+            primary.evidence.append(
+                Evidence(message_index=found.step or 0, note=f"later: {found.explanation}")
+            )
+    return primary
