@@ -17,8 +17,10 @@ Each measurement is the best of `--repeat` runs, so a busy machine disturbs it l
 from __future__ import annotations
 
 import argparse
+import os
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from trajforge.agents import ExpertPolicy
 from trajforge.envs import ENVIRONMENTS
@@ -154,8 +156,44 @@ def main() -> None:
     local_and_ray(specs, args.repeat)
 
 
+def _verdict(overhead: float) -> str:
+    return "met" if overhead <= RAY_OVERHEAD_GOAL else "NOT met"
+
+
+def tree_cpu_seconds(root: int) -> float:
+    """CPU seconds (user + system) of process `root` and all its descendants (Linux /proc)."""
+    parents, cpu = {}, {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # the process ended meanwhile
+        pid = int(stat.parent.name)
+        parents[pid] = int(fields[1])
+        cpu[pid] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    tree, frontier = {root}, [root]
+    while frontier:
+        children = [pid for pid, parent in parents.items() if parent in frontier]
+        frontier = [pid for pid in children if pid not in tree]
+        tree.update(frontier)
+    return sum(cpu.get(pid, 0.0) for pid in tree)
+
+
+def cpu_per_episode(backend, specs, concurrency: int, whole_tree: bool) -> float:
+    """CPU seconds per episode: this process only, or with all its descendants (Ray)."""
+    before = tree_cpu_seconds(os.getpid()) if whole_tree else time.process_time()
+    episodes_per_s(backend, specs, concurrency, 1)
+    after = tree_cpu_seconds(os.getpid()) if whole_tree else time.process_time()
+    return (after - before) / len(specs)
+
+
 def local_and_ray(specs: list, repeat: int) -> None:
-    """Local and Ray at the same concurrency, runs interleaved so load changes hit both."""
+    """Local and Ray at the same concurrency, runs interleaved so load changes hit both.
+
+    Wall-clock rates swing with other work on the machine; CPU seconds per episode (this
+    process for local; this process, Ray's daemons and its workers for Ray) do not, so both
+    overheads are printed.
+    """
     import ray
 
     from trajforge.rollout.backends.ray import run_ray
@@ -168,11 +206,13 @@ def local_and_ray(specs: list, repeat: int) -> None:
             for _ in range(repeat):
                 local = max(local, episodes_per_s(run_local, specs, concurrency, 1))
                 ray_rate = max(ray_rate, episodes_per_s(run_ray, specs, concurrency, 1))
-            overhead = local / ray_rate - 1
-            verdict = "met" if overhead <= RAY_OVERHEAD_GOAL else "NOT met"
-            print(f"workers={concurrency}: local {local:7.1f} episodes/s · ray {ray_rate:7.1f} "
-                  f"episodes/s · Ray overhead vs local {overhead:+.1%} "
-                  f"(goal <= {RAY_OVERHEAD_GOAL:.0%}: {verdict})")  # fmt: skip
+            local_cpu = cpu_per_episode(run_local, specs, concurrency, whole_tree=False)
+            ray_cpu = cpu_per_episode(run_ray, specs, concurrency, whole_tree=True)
+            wall, cpu = local / ray_rate - 1, ray_cpu / local_cpu - 1
+            print(f"workers={concurrency}: local {local:7.1f} ep/s {local_cpu * 1e3:5.2f} CPU ms/ep"
+                  f" · ray {ray_rate:7.1f} ep/s {ray_cpu * 1e3:5.2f} CPU ms/ep")  # fmt: skip
+            print(f"  Ray overhead vs local (goal <= {RAY_OVERHEAD_GOAL:.0%}): "
+                  f"wall {wall:+.1%} {_verdict(wall)}, CPU {cpu:+.1%} {_verdict(cpu)}")  # fmt: skip
     finally:
         ray.shutdown()
 
