@@ -72,20 +72,29 @@ def replay_command(
 
 
 def print_replay(summary: ReplaySummary, console: Console) -> None:
-    """The fidelity table, then one line per mismatch."""
+    """The fidelity table (per environment and in total), then one line per mismatch."""
     table = Table(title="replay fidelity")
-    for column in ("runs", "calls", "exact", "exact %", "outcome agree", "skipped"):
+    for column in ("environment", "runs", "calls", "exact", "exact %", "outcome agree"):
         table.add_column(column, justify="right")
-    ratio = f"{100 * summary.exact_ratio:.2f}" if summary.calls else "-"
-    table.add_row(
-        str(summary.runs),
-        str(summary.calls),
-        str(summary.exact),
-        ratio,
-        f"{summary.outcome_agree}/{summary.runs}",
-        str(summary.skipped),
-    )
+    rows = [*summary.by_environment.items(), ("total", summary.model_dump())]
+    for name, totals in rows:
+        ratio = f"{100 * totals['exact'] / totals['calls']:.2f}" if totals["calls"] else "-"
+        table.add_row(
+            name,
+            str(totals["runs"]),
+            str(totals["calls"]),
+            str(totals["exact"]),
+            ratio,
+            f"{totals['outcome_agree']}/{totals['runs']}",
+        )
     console.print(table)
+    if summary.skipped or summary.faulted:
+        console.print(
+            f"skipped {summary.skipped} runs of environments that cannot be replayed "
+            f"({', '.join(summary.skipped_environments) or '-'}); "
+            f"{summary.faulted} calls with injected faults not compared",
+            markup=False,
+        )
     for mismatch in summary.mismatches:
         where = "outcome" if mismatch.message_index is None else f"@{mismatch.message_index}"
         console.print(

@@ -87,6 +87,7 @@ class RunReplay(BaseModel):
     """Replay fidelity of one run."""
 
     trajectory_id: str
+    environment: str | None = None
     calls: int = Field(description="Calls compared (calls carrying an injected fault excluded).")
     exact: int
     faulted: int = Field(default=0, description="Calls with an injected fault, not compared.")
@@ -138,6 +139,7 @@ def replay_run(trajectory: Trajectory, env: Environment | None = None) -> RunRep
         )
     return RunReplay(
         trajectory_id=trajectory.id,
+        environment=trajectory.task.environment,
         calls=compared,
         exact=compared - sum(m.message_index is not None for m in mismatches),
         faulted=len(answered) - compared,
@@ -172,6 +174,9 @@ class ReplaySummary(BaseModel):
     outcome_agree: int = Field(description="Runs whose evaluation equals the recorded reward.")
     skipped: int = Field(description="Runs of environments that cannot be replayed.")
     skipped_environments: list[str] = Field(description="Those environments.")
+    by_environment: dict[str, dict[str, int]] = Field(
+        default_factory=dict, description="runs, calls, exact, outcome_agree per environment."
+    )
     mismatches: list[Mismatch] = Field(description="Every differing call or outcome.")
 
 
@@ -206,5 +211,18 @@ def replay_many(trajectories: Iterable[Trajectory], explicit: bool = False) -> R
         outcome_agree=sum(r.outcome_agree for r in reports),
         skipped=len(skipped),
         skipped_environments=sorted(set(skipped)),
+        by_environment={
+            env: _totals([r for r in reports if r.environment == env])
+            for env in sorted({r.environment or "(none)" for r in reports})
+        },
         mismatches=[m for r in reports for m in r.mismatches],
     )
+
+
+def _totals(reports: list[RunReplay]) -> dict[str, int]:
+    return {
+        "runs": len(reports),
+        "calls": sum(r.calls for r in reports),
+        "exact": sum(r.exact for r in reports),
+        "outcome_agree": sum(r.outcome_agree for r in reports),
+    }
