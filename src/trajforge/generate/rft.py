@@ -2,8 +2,8 @@
 
 From K sampled rollouts per task, a trajectory is kept when
 
-1. it succeeded, and the success is verified again by replaying its tool calls in a fresh
-   environment (same task, no faults) and judging the final state;
+1. it succeeded, and the success is verified again by replaying its executed tool calls in
+   a fresh environment (`envs.replay.replay_to`) and judging the final state;
 2. its action sequence is not a near-duplicate of one already kept for the same task
    (difflib similarity of the action lists at least `similarity`; 1.0 keeps all but exact
    repeats).
@@ -23,6 +23,7 @@ from typing import Any
 import orjson
 from pydantic import BaseModel, Field
 
+from trajforge.envs.replay import replay_to
 from trajforge.rollout.factory import make_env
 from trajforge.schema import Message, Trajectory
 
@@ -68,15 +69,12 @@ def _canonical(arguments: str) -> str:
 
 
 def verify_by_replay(traj: Trajectory, env_name: str) -> bool:
-    """Replay the tool calls in a fresh environment; True when the final state succeeds."""
+    """Replay the executed tool calls in a fresh environment; True when it ends in success."""
     env = make_env(env_name)
     try:
-        env.reset(traj.task)
+        replay_to(env, traj, len(traj.messages))
         if callable(getattr(env, "bind_conversation", None)):
             env.bind_conversation(traj.messages)
-        for message in traj.messages:
-            for call in message.tool_calls or []:
-                env.step(call)
         return bool(env.evaluate().success)
     finally:
         close = getattr(env, "close", None)
