@@ -12,7 +12,7 @@ import pytest
 from trajforge.demo import sample_dir
 from trajforge.importers import detect_format
 from trajforge.importers.base import STREAM_THRESHOLD_ENV
-from trajforge.schema import Trajectory
+from trajforge.schema import Trajectory, _with_identity
 
 TEST_DATA = Path(__file__).parent / "data"
 SAMPLE = sample_dir()
@@ -156,3 +156,14 @@ def test_streamed_parse_gives_the_same_trajectories(
     monkeypatch.setenv(STREAM_THRESHOLD_ENV, "1000")
     assert [comparable(t) for t in read_all(path)] == whole
     assert [comparable(t) for t in read_all(gz)] == whole
+
+
+@pytest.mark.parametrize("path", list(EXPECTED_FORMATS), ids=lambda p: p.name)
+def test_stored_document_is_the_plain_serialization(path: Path) -> None:
+    for traj in read_all(path):
+        anonymous = traj._anonymous()
+        body = anonymous.model_dump_json().encode()
+        assert _with_identity(body, anonymous, traj.source, "x") is not None, "fast path taken"
+        traj_id, document = traj.identified_document()
+        assert traj_id == traj.content_id()
+        assert document == traj.model_copy(update={"id": traj_id}).model_dump_json().encode()

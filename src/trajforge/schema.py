@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field
+from pydantic_core import to_json
 
 FORMAT_VERSION = 1
 
@@ -207,14 +208,29 @@ class Trajectory(_Model):
     def content_id(self) -> str:
         """A stable id derived from the content (everything except `id` and `source.file`).
 
-        Importing the same run twice, from the same or a moved file, gives the same id. The
-        hash is over the JSON document (one serialization, in field order), which is what
-        keeps bulk imports fast.
+        Importing the same run twice, from the same or a moved file, gives the same id: it is
+        a hash of the JSON document with `id` empty and `source.file` null.
         """
-        document = self.__pydantic_serializer__.to_json(
-            self, exclude={"id": True, "source": {"file"}}
-        )
-        return hashlib.sha256(document).hexdigest()[:20]
+        return _digest(_to_json(self._anonymous()))
+
+    def identified_document(self) -> tuple[str, bytes]:
+        """(id, JSON document with that id): the own id, else the content id.
+
+        Serializes the messages once: the content id is hashed from the anonymous document,
+        and the document to keep is the same bytes with the id and file put back (checked
+        against the expected layout; otherwise serialized again).
+        """
+        anonymous = self._anonymous()
+        body = _to_json(anonymous)
+        traj_id = self.id or _digest(body)
+        document = _with_identity(body, anonymous, self.source, traj_id)
+        if document is None:
+            document = _to_json(self.model_copy(update={"id": traj_id}))
+        return traj_id, document
+
+    def _anonymous(self) -> Trajectory:
+        source = self.source.model_copy(update={"file": None})
+        return self.model_copy(update={"id": "", "source": source})
 
     def with_id(self) -> Trajectory:
         """Set `id` to the content id when it is empty; returns self."""
@@ -229,6 +245,33 @@ class Trajectory(_Model):
     def assistant_indices(self) -> list[int]:
         """Message indices of the assistant messages (the agent's steps)."""
         return [i for i, m in enumerate(self.messages) if m.role == "assistant"]
+
+
+def _to_json(model: BaseModel) -> bytes:
+    return model.__pydantic_serializer__.to_json(model)
+
+
+def _digest(document: bytes) -> str:
+    return hashlib.sha256(document).hexdigest()[:20]
+
+
+def _with_identity(
+    body: bytes, anonymous: Trajectory, source: Source, traj_id: str
+) -> bytes | None:
+    """`body` (the anonymous document) with `traj_id` and the real source; None on surprise.
+
+    The layout is pydantic's: fields in declaration order, no spaces, so the document is
+    `{"format_version":N,"id":"","task":{...},"source":{...},...`.
+    """
+    head = b'{"format_version":%d,"id":' % anonymous.format_version
+    task = b',"task":' + _to_json(anonymous.task) + b',"source":'
+    anonymous_source = _to_json(anonymous.source)
+    start = len(head) + 2 + len(task)
+    expected = head + b'""' + task + anonymous_source
+    if body[: start + len(anonymous_source)] != expected:
+        return None
+    identity = head + to_json(traj_id) + task + _to_json(source)
+    return identity + body[start + len(anonymous_source) :]
 
 
 def json_schema() -> dict[str, Any]:

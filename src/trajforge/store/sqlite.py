@@ -50,7 +50,7 @@ def default_db_path() -> Path:
     return Path(os.environ.get(DB_ENV_VAR) or DEFAULT_DB)
 
 
-def _row_values(traj: Trajectory, now: float) -> tuple:
+def _row_values(traj: Trajectory, now: float, document: bytes | None = None) -> tuple:
     total = traj.usage.total_tokens
     if total is None and traj.usage.prompt_tokens is not None:
         total = traj.usage.prompt_tokens + (traj.usage.completion_tokens or 0)
@@ -74,7 +74,7 @@ def _row_values(traj: Trajectory, now: float) -> tuple:
         traj.source.format,
         traj.source.file,
         now,
-        traj.__pydantic_serializer__.to_json(traj),  # bytes, no str round trip
+        document if document is not None else traj.__pydantic_serializer__.to_json(traj),
     )
 
 
@@ -129,11 +129,11 @@ class Store:
 
     def add(self, traj: Trajectory) -> bool:
         """Insert unless a trajectory with the same id exists; True when inserted."""
-        traj.with_id()
+        traj.id, document = traj.identified_document()  # one serialization for id and doc
         with self.transaction():
             cursor = self.db.execute(
                 f"INSERT OR IGNORE INTO trajectories ({_COLUMNS}) VALUES ({_placeholders()})",
-                _row_values(traj, time.time()),
+                _row_values(traj, time.time(), document),
             )
         return cursor.rowcount == 1
 
