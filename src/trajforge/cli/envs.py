@@ -159,12 +159,15 @@ def handoff_command(
     reacher: Annotated[list[str], typer.Option("--reacher", help="Reacher policy (repeat).")],
     solver: Annotated[list[str], typer.Option("--solver", help="Solver policy (repeat).")],
     k: Annotated[int, typer.Option("--k", min=0, help="Hand off within k actions of success.")] = 1,
-    at: Annotated[int | None, typer.Option("--at", help="Hand off after N reacher steps.")] = None,
+    at: Annotated[
+        int | None, typer.Option("--at", min=0, help="Hand off after N reacher steps.")
+    ] = None,
     tasks: Annotated[
         int | None, typer.Option("--tasks", help="First N tasks (default all).")
     ] = None,
     seed: SeedArg = 0,
     error_rate: ErrorRateArg = 0.2,
+    user: UserArg = "scripted",
     max_steps: MaxStepsArg = 50,
     base_url: BaseUrlArg = None,
     llm_model: LlmModelArg = None,
@@ -173,7 +176,7 @@ def handoff_command(
 ) -> None:
     """REACH / SOLVE / end-to-end of reacher → solver handoffs over an environment's tasks."""
     specs = {
-        name: _spec(name, seed, error_rate, "scripted", base_url, llm_model, api_key)
+        name: _spec(name, seed, error_rate, user, base_url, llm_model, api_key)
         for name in [*reacher, *solver]
     }
     config = HandoffConfig(k=k, at=at, limits=Limits(max_steps=max_steps))
