@@ -115,7 +115,7 @@ def _on_date(flight: Record, date: str) -> Record | None:
     on_date = flight["dates"].get(date)
     if on_date is None or on_date["status"] != "available":
         return None
-    return {k: v for k, v in flight.items() if k != "dates"} | on_date
+    return _listing(flight, date)
 
 
 def search_direct_flight(db: TauDB, origin: str, destination: str, date: str) -> str:
@@ -150,6 +150,7 @@ def _connections(db: TauDB, first: Record, destination: str, date: str) -> list[
 
 
 def _listing(flight: Record, date: str) -> Record:
+    """The flight without its calendar, with its data on `date` (status, seats, prices)."""
     return {k: v for k, v in flight.items() if k != "dates"} | flight["dates"].get(date, {})
 
 
