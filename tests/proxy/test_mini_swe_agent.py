@@ -1,0 +1,155 @@
+"""Real harness: mini-swe-agent from PyPI, unchanged, recorded through the proxy.
+
+The harness runs in its own venv (kept in a cache folder outside the repository and reused),
+with its local environment, on a small generated repository, against a scripted mock upstream
+behind the proxy. Without network for the first install this test fails; it never skips.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from trajforge.models.mock_server import MockOpenAIServer
+from trajforge.proxy import ProxyConfig, ProxyServer
+from trajforge.proxy.session import trajectory_id
+from trajforge.store import Store
+
+MINI_REQUIREMENT = "mini-swe-agent>=2.4,<2.5"
+SUBMIT = "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
+
+
+def _cache_dir() -> Path:
+    root = os.environ.get("TRAJFORGE_TEST_CACHE") or Path.home() / ".cache" / "trajforge-tests"
+    return Path(root)
+
+
+@pytest.fixture(scope="session")
+def mini_executable() -> Path:
+    """`mini` from a venv with mini-swe-agent 2.4.x, installed on first use."""
+    venv = _cache_dir() / "mini-swe-agent-2.4"
+    mini, marker = venv / "bin" / "mini", venv / ".installed"
+    if marker.exists() and mini.exists():
+        return mini
+    shutil.rmtree(venv, ignore_errors=True)
+    venv.parent.mkdir(parents=True, exist_ok=True)
+    steps = [
+        [sys.executable, "-m", "venv", str(venv)],
+        [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", MINI_REQUIREMENT],
+    ]
+    for step in steps:
+        result = subprocess.run(step, capture_output=True, text=True, timeout=900)
+        if result.returncode != 0:
+            pytest.fail(f"could not install {MINI_REQUIREMENT}: {result.stderr[-2000:]}")
+    marker.write_text(MINI_REQUIREMENT + "\n")
+    return mini
+
+
+def _make_repository(root: Path) -> Path:
+    repo = root / "repo"
+    repo.mkdir()
+    (repo / "calc.py").write_text("def add(a, b):\n    return a - b\n")
+    (repo / "test_calc.py").write_text(
+        "from calc import add\n\nassert add(2, 3) == 5\nprint('ok')\n"
+    )
+    return repo
+
+
+def _bash(command: str, thought: str) -> dict:
+    return {"content": thought, "tool_calls": [{"name": "bash", "arguments": {"command": command}}]}
+
+
+SCRIPT = [
+    _bash("cat calc.py", "Let me read the code first."),
+    _bash("sed -i 's/a - b/a + b/' calc.py", "add subtracts; fix the operator."),
+    _bash("python test_calc.py", "Run the test."),
+    _bash(SUBMIT, "The fix works; submitting."),
+]
+
+
+def _run_mini(mini: Path, repo: Path, base_url: str, out: Path, config_dir: Path) -> None:
+    env = dict(
+        os.environ,
+        MSWEA_CONFIGURED="true",
+        LITELLM_LOCAL_MODEL_COST_MAP="True",
+        MSWEA_COST_TRACKING="ignore_errors",
+        MSWEA_GLOBAL_CONFIG_DIR=str(config_dir),
+        MSWEA_SILENT_STARTUP="1",
+    )
+    command = [
+        str(mini),
+        "--model",
+        "openai/trajforge-mock",
+        "--task",
+        "add() in calc.py returns the wrong result; fix it.",
+        "-c",
+        "mini.yaml",
+        "-c",
+        f"model.model_kwargs.api_base={base_url}",
+        "-c",
+        "model.model_kwargs.api_key=sk-mini-test-key",
+        "-c",
+        "agent.mode=yolo",
+        "-o",
+        str(out),
+        "--exit-immediately",
+    ]
+    result = subprocess.run(
+        command,
+        cwd=repo,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        stdin=subprocess.DEVNULL,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+
+
+def _comparable(message: dict) -> tuple:
+    calls = tuple(
+        (c["id"], c["function"]["name"], c["function"]["arguments"])
+        for c in message.get("tool_calls") or []
+    )
+    return (message["role"], message.get("content") or "", calls, message.get("tool_call_id"))
+
+
+def _stored_comparable(message) -> tuple:
+    calls = tuple((c.id, c.name, c.arguments) for c in message.tool_calls or [])
+    return (message.role, message.content or "", calls, message.tool_call_id)
+
+
+def test_mini_swe_agent_run_is_recorded_message_for_message(
+    tmp_path: Path, mini_executable: Path
+) -> None:
+    repo = _make_repository(tmp_path)
+    db, out = tmp_path / "store.db", tmp_path / "mini.traj.json"
+    with (
+        MockOpenAIServer(SCRIPT) as upstream,
+        ProxyServer(ProxyConfig(upstream=upstream.base_url), db) as proxy,
+    ):
+        _run_mini(mini_executable, repo, proxy.session_url("mini-run"), out, tmp_path / "cfg")
+    assert "a + b" in (repo / "calc.py").read_text()  # the harness really ran the commands
+    theirs = json.loads(out.read_text())["messages"]
+    ours = Store(db).get(trajectory_id("mini-run"))
+    # Everything mini-swe-agent sent to the model, and every answer, message for message.
+    assert [_stored_comparable(m) for m in ours.messages] == [
+        _comparable(m) for m in theirs[: len(ours.messages)]
+    ]
+    # After the last model call mini-swe-agent only adds the submit result and its exit record,
+    # which never reach the model (so no proxy can see them).
+    assert [m["role"] for m in theirs[len(ours.messages) :]] == ["tool", "exit"]
+    assert len(ours.llm_calls) == len(SCRIPT)
+    assistant_indices = [i for i, m in enumerate(theirs) if m["role"] == "assistant"]
+    assert [c.message_index for c in ours.llm_calls] == assistant_indices
+    assert all(c.extra["drift"]["status"] in ("first", "extends") for c in ours.llm_calls)
+    for call in ours.llm_calls:
+        assert call.prompt_token_ids and call.completion_token_ids
+        assert len(call.logprobs) == len(call.completion_token_ids)
+    assert b"sk-mini-test-key" not in db.read_bytes()
