@@ -1,0 +1,124 @@
+"""A harness-agnostic view of a run as agent steps: what was done, what came back, what it cost.
+
+A *step* is one assistant message, its actions, and the observations that answer it (tool
+messages, or the user message that follows). The prefix "after step k" is
+`messages[: steps[k-1].end]`: everything up to and including step k's observations.
+
+Two action extractors cover the common formats:
+
+- `bash`: mini-swe-agent style, one ```bash block in the assistant text; the observation is the
+  next user message with `<returncode>` / `<output>`.
+- `tools`: OpenAI tool calls (tau-bench style); observations are the `tool` messages; a tool
+  output that starts with "Error" counts as an error. An assistant message without tool calls
+  is a reply to the user (action kind `respond`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from trajforge.errors import UserError
+from trajforge.monitor.actions import Action
+from trajforge.monitor.bash import parse_bash_actions
+from trajforge.monitor.toolcalls import parse_tool_actions, respond_action
+from trajforge.schema import LLMCall, Message, Trajectory
+
+
+@dataclass
+class Step:
+    """One assistant message with its actions and observations."""
+
+    index: int
+    """Message index of the assistant message."""
+    end: int
+    """Message index just past this step's observations (exclusive)."""
+    text: str
+    """The assistant's visible text."""
+    reasoning: str
+    """The model's reasoning text, when the raw response kept it (else empty)."""
+    actions: list[Action]
+    observation: str
+    """Observation text (tool outputs or the following user message)."""
+    error: bool
+    """The observation reports a failure (nonzero return code, error output)."""
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    user_turn: bool = False
+    """The observations include a reply from a (simulated) user."""
+    estimated_tokens: bool = False
+    """No usage was recorded: tokens are estimated from text length."""
+
+
+def action_format(traj: Trajectory) -> str:
+    """`bash` when assistant messages carry ```bash blocks, else `tools`."""
+    texts = (m.text() for m in traj.messages if m.role == "assistant" and not m.tool_calls)
+    return "bash" if any("```bash" in text for text in texts) else "tools"
+
+
+def extract_steps(traj: Trajectory) -> list[Step]:
+    """The steps of `traj`, with the extractor chosen from its message format."""
+    calls = {c.message_index: c for c in traj.llm_calls if c.message_index is not None}
+    tools = action_format(traj) == "tools"
+    indices = traj.assistant_indices()
+    ends = [*indices[1:], len(traj.messages)]
+    steps = [_step(traj.messages, i, end, tools) for i, end in zip(indices, ends, strict=True)]
+    for step in steps:
+        _set_usage(step, calls.get(step.index), traj.messages)
+    return steps
+
+
+def require_steps(traj: Trajectory) -> list[Step]:
+    """Like `extract_steps`, but a run without any agent step is a `UserError`."""
+    steps = extract_steps(traj)
+    if not steps:
+        raise UserError(f"trajectory {traj.id or '(no id)'} has no agent steps to score")
+    return steps
+
+
+def _step(messages: list[Message], index: int, stop: int, tools: bool) -> Step:
+    message = messages[index]
+    replies = messages[index + 1 : stop]
+    observation = "\n".join(m.text() for m in replies)
+    if message.tool_calls:
+        actions, error = parse_tool_actions(message, replies)
+    elif tools:
+        actions, error = [respond_action(message)], False
+    else:
+        actions, error = parse_bash_actions(message.text(), observation)
+    return Step(
+        index=index,
+        end=stop,
+        text=message.text(),
+        reasoning=_reasoning(message),
+        actions=actions,
+        observation=observation,
+        error=error,
+        user_turn=any(m.role == "user" for m in replies),
+    )
+
+
+def _set_usage(step: Step, call: LLMCall | None, messages: list[Message]) -> None:
+    """Recorded usage of the step's call; else an estimate of 4 characters per token."""
+    if call is not None and call.usage is not None and call.usage.prompt_tokens is not None:
+        step.prompt_tokens = call.usage.prompt_tokens
+        step.completion_tokens = call.usage.completion_tokens or 0
+        return
+    step.prompt_tokens = sum(len(m.text()) for m in messages[: step.index]) // 4
+    step.completion_tokens = max(1, len(step.text) // 4)
+    step.estimated_tokens = True
+
+
+def _reasoning(message: Message) -> str:
+    response = message.extra.get("response")
+    if not isinstance(response, dict):
+        return ""
+    choices = response.get("choices") or []
+    if not choices or not isinstance(choices[0], dict):
+        return ""
+    reasoning = (choices[0].get("message") or {}).get("reasoning")
+    return reasoning if isinstance(reasoning, str) else ""
+
+
+def step_tokens(step: Step) -> int:
+    """Prompt plus completion tokens of the step's model call."""
+    return step.prompt_tokens + step.completion_tokens
