@@ -6,10 +6,12 @@ Usage: python bench/rollout_scale.py [--episodes N] [--repeat R] [--no-ray]
    actions recorded first, then replayed and timed alone), oracle `expert_action()` calls
    per second (timed alone), and whole-episode steps per second through `run_episode`.
    Goal: household env.step >= 10,000 steps/s on one core.
-2. Episodes per second for a household noisy-expert batch on the local backend (threads)
-   and the Ray backend, at concurrency 1 and 2, and Ray's overhead against local at the
-   same concurrency (Ray started and warmed up before timing; local and Ray runs
-   alternate). Goal: overhead <= 20%.
+2. Episodes per second on the local backend (threads) and the Ray backend, at
+   concurrency 1 and 2, and Ray's overhead against local at the same concurrency (Ray
+   started and warmed up before timing; local and Ray runs alternate), for two workloads:
+   household noisy-expert episodes (milliseconds each: the worst case for Ray's fixed
+   per-episode cost of shipping specs and trajectories) and swe expert episodes (sandboxed
+   commands, about a second each). Goal: overhead <= 20%.
 
 Each measurement is the best of `--repeat` runs, so a busy machine disturbs it less.
 """
@@ -104,7 +106,8 @@ def env_rates(name: str, repeat: int) -> dict[str, float] | None:
     return rates
 
 
-def batch(episodes: int) -> list:
+def household_batch(episodes: int) -> list:
+    """Cheap episodes (milliseconds): the worst case for any backend's per-episode cost."""
     env = ENVIRONMENTS.get("household")()
     config = RolloutConfig(
         env="household",
@@ -114,6 +117,12 @@ def batch(episodes: int) -> list:
         faults=["transient:0.1"],
     )
     return config.specs()
+
+
+def swe_batch(episodes: int) -> list:
+    """Sandbox-bound episodes (about a second each), closer to real agent runs."""
+    tasks = ENVIRONMENTS.get("swe")().tasks(episodes)
+    return RolloutConfig(env="swe", tasks=tasks, policy="expert").specs()
 
 
 def episodes_per_s(backend, specs, concurrency: int, repeat: int) -> float:
@@ -130,6 +139,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--episodes", type=int, default=240, help="Episodes per batch.")
     parser.add_argument("--repeat", type=int, default=3, help="Runs per measurement.")
+    parser.add_argument("--swe-episodes", type=int, default=6, help="Episodes of the swe batch.")
     parser.add_argument("--no-ray", action="store_true", help="Skip the Ray measurements.")
     args = parser.parse_args()
 
@@ -146,14 +156,17 @@ def main() -> None:
         verdict = "met" if household["step"] >= STEP_GOAL else "NOT met"
         print(f"household env.step goal >= {STEP_GOAL:,}/s: {verdict}")
 
-    specs = batch(args.episodes)
-    print(f"\n== episodes/s, household noisy-expert, {len(specs)} episodes")
+    workloads = [
+        ("household noisy-expert", household_batch(args.episodes), args.repeat, True),
+        ("swe expert", swe_batch(args.swe_episodes), 1, False),
+    ]
     if args.no_ray:
-        for concurrency in (1, 2):
-            rate = episodes_per_s(run_local, specs, concurrency, args.repeat)
-            print(f"local  workers={concurrency}: {rate:8.1f} episodes/s")
+        for label, specs, repeat, _ in workloads:
+            for concurrency in (1, 2):
+                rate = episodes_per_s(run_local, specs, concurrency, repeat)
+                print(f"{label}, {len(specs)} episodes: local workers={concurrency} {rate:.1f}/s")
         return
-    local_and_ray(specs, args.repeat)
+    local_and_ray(workloads)
 
 
 def _verdict(overhead: float) -> str:
@@ -179,20 +192,21 @@ def tree_cpu_seconds(root: int) -> float:
     return sum(cpu.get(pid, 0.0) for pid in tree)
 
 
-def cpu_per_episode(backend, specs, concurrency: int, whole_tree: bool) -> float:
-    """CPU seconds per episode: this process only, or with all its descendants (Ray)."""
-    before = tree_cpu_seconds(os.getpid()) if whole_tree else time.process_time()
-    episodes_per_s(backend, specs, concurrency, 1)
-    after = tree_cpu_seconds(os.getpid()) if whole_tree else time.process_time()
-    return (after - before) / len(specs)
+def timed_run(backend, specs, concurrency: int, whole_tree: bool) -> tuple[float, float]:
+    """(episodes/s, CPU seconds per episode) of one run; CPU of this process only, or of it
+    and all its descendants (Ray's daemons and workers)."""
+    cpu = (lambda: tree_cpu_seconds(os.getpid())) if whole_tree else time.process_time
+    before = cpu()
+    rate = episodes_per_s(backend, specs, concurrency, 1)
+    return rate, (cpu() - before) / len(specs)
 
 
-def local_and_ray(specs: list, repeat: int) -> None:
+def local_and_ray(workloads: list) -> None:
     """Local and Ray at the same concurrency, runs interleaved so load changes hit both.
 
     Wall-clock rates swing with other work on the machine; CPU seconds per episode (this
     process for local; this process, Ray's daemons and its workers for Ray) do not, so both
-    overheads are printed.
+    overheads are printed where the work stays in Python (household).
     """
     import ray
 
@@ -200,21 +214,31 @@ def local_and_ray(specs: list, repeat: int) -> None:
 
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
-        episodes_per_s(run_ray, specs[:8], 2, 1)  # start and warm up the workers
-        for concurrency in (1, 2):
-            local = ray_rate = 0.0
-            for _ in range(repeat):
-                local = max(local, episodes_per_s(run_local, specs, concurrency, 1))
-                ray_rate = max(ray_rate, episodes_per_s(run_ray, specs, concurrency, 1))
-            local_cpu = cpu_per_episode(run_local, specs, concurrency, whole_tree=False)
-            ray_cpu = cpu_per_episode(run_ray, specs, concurrency, whole_tree=True)
-            wall, cpu = local / ray_rate - 1, ray_cpu / local_cpu - 1
-            print(f"workers={concurrency}: local {local:7.1f} ep/s {local_cpu * 1e3:5.2f} CPU ms/ep"
-                  f" · ray {ray_rate:7.1f} ep/s {ray_cpu * 1e3:5.2f} CPU ms/ep")  # fmt: skip
-            print(f"  Ray overhead vs local (goal <= {RAY_OVERHEAD_GOAL:.0%}): "
-                  f"wall {wall:+.1%} {_verdict(wall)}, CPU {cpu:+.1%} {_verdict(cpu)}")  # fmt: skip
+        episodes_per_s(run_ray, workloads[0][1][:8], 2, 1)  # start and warm up the workers
+        for label, specs, repeat, with_cpu in workloads:
+            print(f"\n== episodes/s, {label}, {len(specs)} episodes (best of {repeat})")
+            for concurrency in (1, 2):
+                compare(specs, concurrency, repeat, with_cpu, run_ray)
     finally:
         ray.shutdown()
+
+
+def compare(specs: list, concurrency: int, repeat: int, with_cpu: bool, run_ray) -> None:
+    local, ray_runs = [], []
+    for _ in range(repeat):
+        local.append(timed_run(run_local, specs, concurrency, whole_tree=False))
+        ray_runs.append(timed_run(run_ray, specs, concurrency, whole_tree=True))
+    local_rate, ray_rate = max(r for r, _ in local), max(r for r, _ in ray_runs)
+    wall = local_rate / ray_rate - 1
+    line = f"workers={concurrency}: local {local_rate:7.1f} ep/s · ray {ray_rate:7.1f} ep/s"
+    line += f" · Ray overhead (goal <= {RAY_OVERHEAD_GOAL:.0%}): wall {wall:+.1%} {_verdict(wall)}"
+    if with_cpu:
+        local_cpu, ray_cpu = min(c for _, c in local), min(c for _, c in ray_runs)
+        cpu = ray_cpu / local_cpu - 1
+        line += (
+            f", CPU {cpu:+.1%} {_verdict(cpu)} ({local_cpu * 1e3:.2f} vs {ray_cpu * 1e3:.2f} ms/ep)"
+        )
+    print(line)
 
 
 if __name__ == "__main__":

@@ -43,20 +43,28 @@ def chunked(specs: list[EpisodeSpec], concurrency: int) -> list[list[EpisodeSpec
 
 
 def run_ray(specs: list[EpisodeSpec], concurrency: int, progress: Progress) -> Iterator[Trajectory]:
-    """Keep `concurrency` chunks in flight; yield trajectories as chunks finish."""
+    """Keep `concurrency` chunks running; yield trajectories as chunks finish.
+
+    A finished chunk is replaced before its trajectories are decoded and stored, so the
+    workers run while the driver works.
+    """
     if not specs:
         return
     ray = _ray(concurrency)
     remote = ray.remote(num_cpus=1)(_run_chunk)
     pending = list(reversed(chunked(specs, concurrency)))
     active: dict = {}
-    while pending or active:
+
+    def top_up() -> None:
         while pending and len(active) < max(1, concurrency):
             chunk = pending.pop()
             active[remote.remote([s.model_dump_json().encode() for s in chunk])] = len(chunk)
         progress.running(sum(active.values()))
+
+    top_up()
+    while active:
         ready, _ = ray.wait(list(active), num_returns=1)
-        for ref in ready:
-            active.pop(ref)
-            for payload in ray.get(ref):
-                yield Trajectory.model_validate_json(payload)
+        active.pop(ready[0])
+        top_up()
+        for payload in ray.get(ready[0]):
+            yield Trajectory.model_validate_json(payload)
