@@ -76,7 +76,7 @@ STEPS: list[tuple[str, DemoStep | str]] = [
     ("Stats report", show_stats),
     ("Error-to-training: diagnose failures, write views", "trajforge.diagnose.demo:demo_step"),
     ("Rollouts with unreliable tools, and robustness", "trajforge.rollout.demo:demo_step"),
-    ("Replay tau runs, fork a failed one, hand off", "trajforge.envs.tau.demo:demo_step"),
+    ("Replay stored runs, fork a failed tau run, hand off", "trajforge.envs.tau.demo:demo_step"),
 ]
 
 _STEP_PATHS: Registry[DemoStep] = Registry("demo step")

@@ -16,12 +16,14 @@ HANDOFF_TASKS = 20
 
 
 def demo_step(ctx: Any) -> None:
-    """Replay the bundled tau runs, fork a failed one at its midpoint, print a handoff table."""
+    """Replay every stored run of a replayable environment (the bundled tau runs and any
+    rollouts of earlier steps), fork a failed tau run at its midpoint, print a handoff table."""
     runs = [t for t in ctx.store.query() if replayable(t) and t.parent is None]
     summary = replay_many(runs)
     print_replay(summary, ctx.console)
     ctx.results["tau_replay"] = summary
-    failed = next((t for t in runs if t.success is False), None)
+    tau_failures = (t for t in runs if t.success is False and t.source.harness == "tau-bench")
+    failed = next(tau_failures, None)
     if failed is not None:
         at = len(failed.messages) // 2
         child = fork(failed, at, ExpertPolicy(), user=ScriptedUser())
