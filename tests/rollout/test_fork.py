@@ -279,3 +279,41 @@ def test_cli_llm_fork_against_the_mock_server(tau_db: Path) -> None:
     with Store(tau_db) as store:
         child = store.get(summary["id"])
     assert len(child.llm_calls) == len(script)
+
+
+def test_cli_fork_with_the_llm_user_simulator(tau_db: Path) -> None:
+    from trajforge.models.mock_server import MockOpenAIServer
+
+    with Store(tau_db) as store:
+        parent = next(t for t in store.query() if t.success is False and t.parent is None)
+    at = len(parent.messages) // 2
+    while parent.messages[at - 1].role != "assistant" or parent.messages[at - 1].tool_calls:
+        at += 1  # fork right after an assistant text: the (LLM) user speaks first
+    with MockOpenAIServer(script=["Yes, go ahead please.", "Thanks! ###STOP###"]) as server:
+        result = _invoke(
+            "fork",
+            parent.id,
+            "--at",
+            str(at),
+            "--policy",
+            "expert",
+            "--user",
+            "llm",
+            "--base-url",
+            server.base_url,
+            "--llm-model",
+            "user-model",
+            "--db",
+            str(tau_db),
+            "--json",
+        )
+        requests = list(server.requests)
+    assert result.exit_code == 0, result.output
+    with Store(tau_db) as store:
+        child = store.get(json.loads(result.stdout)["id"])
+    assert (
+        child.messages[at].role == "user" and child.messages[at].text() == "Yes, go ahead please."
+    )
+    assert child.messages[-1].text() == "Thanks! ###STOP###"
+    assert requests and all("tools" not in r for r in requests)  # the user model has no tools
+    assert requests[0]["messages"][0]["role"] == "system"
