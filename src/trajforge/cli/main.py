@@ -7,6 +7,7 @@ import typer
 from trajforge.cli import browse, importing, report
 from trajforge.cli import diagnose as diagnose_cli
 from trajforge.cli import envs as envs_cli
+from trajforge.cli import monitor as monitor_cli
 from trajforge.cli import proxy as proxy_cli
 from trajforge.cli import rollout as rollout_cli
 from trajforge.cli.common import guarded
@@ -28,6 +29,7 @@ app.command("schema")(guarded(report.schema_command))
 app.command("mock-server")(guarded(proxy_cli.mock_server_command))
 app.command("proxy")(guarded(proxy_cli.proxy_command))
 app.add_typer(diagnose_cli.app, name="diagnose")
+app.add_typer(monitor_cli.app, name="monitor")
 app.command("rollout")(guarded(rollout_cli.rollout_command))
 app.command("replay")(guarded(envs_cli.replay_command))
 app.command("fork")(guarded(envs_cli.fork_command))

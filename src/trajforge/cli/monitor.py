@@ -1,0 +1,171 @@
+"""`trajforge monitor train | eval | score`: early failure detection on stored runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from trajforge.cli.common import (
+    DbOption,
+    EnvOption,
+    HarnessOption,
+    JsonOption,
+    LimitOption,
+    TaskOption,
+    console,
+    guarded,
+    make_filter,
+    open_store,
+    print_json,
+)
+from trajforge.errors import UserError
+from trajforge.monitor import (
+    DETECTORS,
+    RunFeatures,
+    cross_validate,
+    evaluate_detector,
+    featurize_runs,
+    load_detector,
+    risk_curve,
+    save_detector,
+)
+from trajforge.monitor.detectors import Detector, RuleDetector
+
+app = typer.Typer(help="Score run prefixes for failure risk and stop doomed runs early.")
+
+DetectorOption = Annotated[
+    str, typer.Option("--detector", help="Detector to train: learned, length or rule.")
+]
+MonitorModelOption = Annotated[
+    Path | None, typer.Option("--model", help="Trained monitor model file (monitor train --out).")
+]
+AgentModelOption = Annotated[
+    str | None,
+    typer.Option("--agent-model", help="Only runs whose agent model contains this."),
+]
+
+
+def _runs(db, harness, agent_model, env, task, limit) -> list[RunFeatures]:
+    flt = make_filter(harness, agent_model, env, task, None, limit)
+    with open_store(db) as store:
+        runs = featurize_runs(store.query(flt))
+    if not runs:
+        raise UserError("no stored runs with a known outcome match the filters")
+    return runs
+
+
+def train_command(
+    out: Annotated[Path, typer.Option("--out", help="Where to write the model file.")],
+    detector: DetectorOption = "learned",
+    db: DbOption = None,
+    harness: HarnessOption = None,
+    agent_model: AgentModelOption = None,
+    env: EnvOption = None,
+    task: TaskOption = None,
+    limit: LimitOption = None,
+    json_out: JsonOption = False,
+) -> None:
+    """Train a detector on the selected runs (all of them) and save it."""
+    runs = _runs(db, harness, agent_model, env, task, limit)
+    trained: Detector = DETECTORS.get(detector)()
+    trained.fit(runs)
+    info = {"runs": len(runs), "failed": sum(r.failed for r in runs)}
+    info |= _learned_info(trained)
+    save_detector(trained, out, info)
+    summary = {"model_file": str(out), "detector": trained.name, "thresholds": trained.thresholds}
+    if json_out:
+        print_json(summary | info)
+        return
+    console.print(f"trained {trained.name} detector on {info['runs']} runs -> {out}")
+    console.print(f"stop thresholds by loss: {trained.thresholds}")
+
+
+def _learned_info(detector: Detector) -> dict:
+    kind = getattr(detector, "kind", None)
+    return {"estimator": kind, "inner_auroc": detector.inner_auroc} if kind else {}
+
+
+def eval_command(
+    model_file: MonitorModelOption = None,
+    db: DbOption = None,
+    harness: HarnessOption = None,
+    agent_model: AgentModelOption = None,
+    env: EnvOption = None,
+    task: TaskOption = None,
+    limit: LimitOption = None,
+    folds: Annotated[int, typer.Option("--folds", help="Task-grouped CV folds.")] = 5,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the task split.")] = 0,
+    bootstrap: Annotated[int, typer.Option("--bootstrap", help="Bootstrap rounds (CIs).")] = 200,
+    baselines: Annotated[
+        bool, typer.Option("--baselines/--no-baselines", help="Also cross-validate baselines.")
+    ] = True,
+    json_out: JsonOption = False,
+) -> None:
+    """Evaluate a model file on the selected runs, or cross-validate by task without one."""
+    runs = _runs(db, harness, agent_model, env, task, limit)
+    if model_file is not None:
+        summary = evaluate_detector(load_detector(model_file), runs).summary(bootstrap, seed)
+    else:
+        summary = cross_validate(runs, DETECTORS.get("learned"), folds, seed).summary(bootstrap)
+        if baselines:
+            summary["baselines"] = {
+                name: _headline(cross_validate(runs, DETECTORS.get(name), folds, seed).summary(0))
+                for name in ("length", "rule")
+            }
+    if json_out:
+        print_json(summary)
+        return
+    console.print(_summary_table(summary))
+
+
+def _headline(summary: dict) -> dict:
+    keys = ("auroc_at_step", "auprc_at_step", "tokens_saved_at_loss", "successful_stopped_at_loss")
+    return {key: summary[key] for key in keys}
+
+
+def _summary_table(summary: dict) -> Table:
+    table = Table(title=f"{summary['detector']} detector on {summary['runs']} runs")
+    table.add_column("measure")
+    table.add_column("value")
+    table.add_column("95% CI (tasks)")
+    ci = summary.get("ci95", {})
+    for group in ("auroc_at_step", "auprc_at_step", "tokens_saved_at_loss"):
+        for key, value in summary[group].items():
+            interval = ci.get(f"{group}.{key}")
+            table.add_row(f"{group} {key}", str(value), str(interval or ""))
+    for key, value in summary["successful_stopped_at_loss"].items():
+        table.add_row(f"successful_stopped_at_loss {key}", str(value), "")
+    return table
+
+
+def score_command(
+    traj_id: Annotated[str, typer.Argument(help="Trajectory id or unique prefix.")],
+    model_file: MonitorModelOption = None,
+    db: DbOption = None,
+    json_out: JsonOption = False,
+) -> None:
+    """Failure risk after every step of one run (rule baseline unless --model is given)."""
+    detector = load_detector(model_file) if model_file else RuleDetector()
+    with open_store(db) as store:
+        traj = store.get(traj_id)
+    curve = risk_curve(traj, detector)
+    threshold = detector.thresholds.get(str(detector.config.default_loss))
+    if json_out:
+        document = {"id": traj.id, "detector": detector.name, "threshold": threshold}
+        print_json(document | {"risk": curve})
+        return
+    table = Table(title=f"{traj.id[:12]}: {detector.name} risk per step (threshold {threshold})")
+    for column in ("step", "message", "risk"):
+        table.add_column(column)
+    for step, (index, risk) in enumerate(curve, start=1):
+        flag = " [red]stop" if threshold is not None and risk >= threshold else ""
+        table.add_row(str(step), str(index), f"{risk:.3f}{flag}")
+    console.print(table)
+
+
+app.command("train")(guarded(train_command))
+app.command("eval")(guarded(eval_command))
+app.command("score")(guarded(score_command))
