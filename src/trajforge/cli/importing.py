@@ -24,7 +24,7 @@ def import_command(
     ] = None,
     model: Annotated[
         str | None,
-        typer.Option("--model", help="Set the model of every imported run (files without one)."),
+        typer.Option("--model", help="Model of every imported run (for files that name none)."),
     ] = None,
     run: Annotated[
         str | None, typer.Option("--run", help="Set the run name of every imported run.")
