@@ -78,7 +78,7 @@ def test_expert_fork_of_failed_runs(retail_runs: list[Trajectory]) -> None:
         env = make_env(parent)
         replay_to(env, parent, end)
         env.bind_conversation(parent.messages[:end])
-        reachable = env.distance() is not None
+        reachable = env.distance() is not None and not env.done  # no hand-over yet
         late = fork(parent, end, ExpertPolicy(), user=ScriptedUser())
         assert late.success == reachable, parent.id
 
@@ -317,3 +317,19 @@ def test_cli_fork_with_the_llm_user_simulator(tau_db: Path) -> None:
     assert child.messages[-1].text() == "Thanks! ###STOP###"
     assert requests and all("tools" not in r for r in requests)  # the user model has no tools
     assert requests[0]["messages"][0]["role"] == "system"
+
+
+def test_fork_after_a_hand_over_runs_nothing(retail_runs: list[Trajectory]) -> None:
+    parent = next(
+        t
+        for t in retail_runs
+        if any(m.name == "transfer_to_human_agents" for m in t.messages if m.role == "tool")
+    )
+    at = 1 + max(
+        i
+        for i, m in enumerate(parent.messages)
+        if m.role == "tool" and m.name == "transfer_to_human_agents"
+    )
+    child = fork(parent, at, ExpertPolicy(), user=ScriptedUser())
+    assert len(child.messages) == at
+    assert child.outcome.termination_reason == "env_done"

@@ -12,7 +12,8 @@ Where the prefix stops matters:
 - after an assistant message with tool calls that the prefix does not answer: those calls
   are executed first (the child's message `at` is their result);
 - after an assistant message without tool calls: the user replies first;
-- after the user's stop message: nothing runs, the child is judged as it is.
+- after the user's stop message, or once the environment is done (a hand-over to a
+  human): nothing runs, the child is judged as it is.
 """
 
 from __future__ import annotations
@@ -78,9 +79,10 @@ def fork(
     child = prefix_child(parent, at, policy, options)
     if hasattr(env, "bind_conversation"):
         env.bind_conversation(child.messages)
-    stopped = prepare_turn(env, child, user)
-    if stopped:
-        return finish_stopped(env, child)
+    if prepare_turn(env, child, user):
+        return finish_stopped(env, child, "user_stop")
+    if getattr(env, "done", False):  # the prefix already ended it (a hand-over, say)
+        return finish_stopped(env, child, "env_done")
     return run_episode(
         env, policy, child.task, user=user, trajectory=child, limits=options.limits
     ).with_id()
@@ -166,10 +168,10 @@ def _state(env: Environment, child: Trajectory) -> EpisodeState:
     )
 
 
-def finish_stopped(env: Environment, child: Trajectory) -> Trajectory:
-    """Judge a child whose user ended the conversation before the policy acted."""
+def finish_stopped(env: Environment, child: Trajectory, reason: str) -> Trajectory:
+    """Judge a child whose prefix already ended the episode (user stop, environment done)."""
     child.outcome = env.evaluate()
-    child.outcome.termination_reason = "user_stop"
+    child.outcome.termination_reason = reason
     return child.with_id()
 
 
