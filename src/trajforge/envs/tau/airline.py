@@ -118,10 +118,27 @@ def _on_date(flight: Record, date: str) -> Record | None:
     return _listing(flight, date)
 
 
+_ORIGIN_INDEX: dict[int, dict[str, list[Record]]] = {}
+
+
+def _flights_from(db: TauDB, origin: str) -> list[Record]:
+    """Flights leaving `origin`, in table order (indexed once per base table)."""
+    if any(table == "flights" for table, _ in db.overlay):  # never written by the tools
+        return [f for _, f in db.items("flights") if f["origin"] == origin]
+    base = db.base["flights"]
+    index = _ORIGIN_INDEX.get(id(base))
+    if index is None:
+        index = {}
+        for flight in base.values():
+            index.setdefault(flight["origin"], []).append(flight)
+        _ORIGIN_INDEX[id(base)] = index
+    return index.get(origin, [])
+
+
 def search_direct_flight(db: TauDB, origin: str, destination: str, date: str) -> str:
     found = []
-    for _, flight in db.items("flights"):
-        if flight["origin"] == origin and flight["destination"] == destination:
+    for flight in _flights_from(db, origin):
+        if flight["destination"] == destination:
             listing = _on_date(flight, date)
             if listing is not None:
                 found.append(listing)
@@ -133,8 +150,8 @@ def _connections(db: TauDB, first: Record, destination: str, date: str) -> list[
     first_listing = _on_date(first, date)
     if first_listing is None:
         return found
-    for _, second in db.items("flights"):
-        if second["origin"] != first["destination"] or second["destination"] != destination:
+    for second in _flights_from(db, first["destination"]):
+        if second["destination"] != destination:
             continue
         arrives_next_day = "+1" in first["scheduled_arrival_time_est"]
         second_date = _next_day(date) if arrives_next_day else date
@@ -161,9 +178,8 @@ def _next_day(date: str) -> str:
 
 def search_onestop_flight(db: TauDB, origin: str, destination: str, date: str) -> str:
     found = []
-    for _, first in db.items("flights"):
-        if first["origin"] == origin:
-            found.extend(_connections(db, first, destination, date))
+    for first in _flights_from(db, origin):
+        found.extend(_connections(db, first, destination, date))
     return dumps(found)
 
 
