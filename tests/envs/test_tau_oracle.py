@@ -105,3 +105,26 @@ def test_task_set_lists_the_bundled_tasks() -> None:
     assert len(shuffled) == 5 and shuffled != retail.tasks(5)
     assert all(t.environment == "tau-airline" for t in TauAirlineEnv().tasks())
     assert all(t.gold["actions"] is not None and t.data["user_id"] for t in retail.tasks())
+
+
+def test_gold_writes_in_a_blocking_order_make_success_unreachable() -> None:
+    """Changing an order's items first leaves it 'pending (item modified)': the gold's
+    address change for the same order can no longer follow."""
+    task = next(t for t in bundled_tasks("tau-retail") if _address_then_items_on_one_order(t))
+    env = TauRetailEnv()
+    env.reset(task)
+    items = next(a for a in env.gold.actions if a.name == "modify_pending_order_items")
+    assert not env.step(ToolCall(id="x", name=items.name, arguments=items.arguments)).error
+    assert env.distance() is None
+    assert isinstance(env.expert_action(), Message)
+
+
+def _address_then_items_on_one_order(task: Task) -> bool:
+    addressed = set()
+    for action in task.gold["actions"]:
+        order = action["kwargs"].get("order_id")
+        if action["name"] == "modify_pending_order_address":
+            addressed.add(order)
+        elif action["name"] == "modify_pending_order_items" and order in addressed:
+            return True
+    return False
