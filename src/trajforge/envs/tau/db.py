@@ -98,11 +98,6 @@ class TauDB:
         self.overlay[(table, key)] = record
         self._owned.add((table, key))
 
-    def keys(self, table: str) -> Iterator[str]:
-        """Keys in storage order: base keys, then keys added since reset."""
-        for key, _ in self.items(table):
-            yield key
-
     def items(self, table: str) -> Iterator[tuple[str, Record]]:
         """(key, current record) in storage order; untouched tables iterate the base dict."""
         changed = {key: record for (t, key), record in self.overlay.items() if t == table}
@@ -141,10 +136,6 @@ class TauDB:
         changed = sorted(self.changes().items())
         data = [[table, key, record] for (table, key), record in changed]
         return hashlib.sha256(orjson.dumps(data, option=orjson.OPT_SORT_KEYS)).hexdigest()
-
-    def same_state(self, other: TauDB) -> bool:
-        """Whether both views hold the same data (compares changed records only)."""
-        return self.changes() == other.changes()
 
     def merged(self) -> dict[str, dict[str, Record]]:
         """The full tables as plain dicts (slow: copies the key index of every table)."""
