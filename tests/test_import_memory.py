@@ -1,8 +1,9 @@
 """Big files stream: peak memory of an import stays far below the file's size.
 
 A synthetic tau-bench run list of about 32 MB (real runs repeated under new task ids) is
-imported by a fresh Python process; its peak resident memory (ru_maxrss) is compared with
-the same import of a one-run file. As a check that the measurement can tell the difference,
+imported by a fresh Python process; its peak resident memory (VmHWM of the process's own
+address space; ru_maxrss would include the forking parent's size) is compared with the
+same import of a one-run file. As a check that the measurement can tell the difference,
 the same big file parsed whole (threshold raised) must need more than its own size.
 """
 
@@ -23,13 +24,16 @@ TARGET_BYTES = 32 * 1024 * 1024
 MB = 1024 * 1024
 
 MEASURE = """
-import resource, sys
+import sys
+from pathlib import Path
 from trajforge.importers import import_paths
 from trajforge.store import Store
 with Store(sys.argv[1]) as store:
     report = import_paths(store, [sys.argv[2]])
 assert not report.failed, report.failed
-print(report.added, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+status = Path("/proc/self/status").read_text().splitlines()
+peak_kib = next(int(line.split()[1]) for line in status if line.startswith("VmHWM:"))
+print(report.added, peak_kib * 1024)
 """
 
 
