@@ -147,3 +147,9 @@ def test_unknown_format_one_line_error_store_unchanged(tmp_path: Path) -> None:
     (line,) = result.stderr.strip().splitlines()
     assert str(odd) in line and "unrecognized format" in line and "who-and-when" in line
     assert Store(db).rows() == before
+
+
+def test_import_glob(tmp_path: Path) -> None:
+    pattern = str(WHO_DIR / "*" / "1*.json")
+    summary = json.loads(invoke("import", pattern, "--db", str(tmp_path / "t.db"), "--json"))
+    assert summary["imported"] == 2 and summary["by_format"] == {"who-and-when": 2}
