@@ -106,10 +106,12 @@ class RecordingProxy:
         if refused is not None:
             return refused
         try:
-            answer = await self.upstream.get("/models", self.upstream.headers(request.headers))
+            status, content = await self.upstream.get(
+                "/models", self.upstream.headers(request.headers)
+            )
         except UpstreamError as error:
             return JSONResponse(error.body, status_code=error.status)
-        return Response(answer.content, answer.status_code, media_type="application/json")
+        return Response(content, status, media_type="application/json")
 
     async def outcome(self, request: Request, session: str) -> Response:
         """Record how a session ended: `{"success": bool, "reward": float}`."""

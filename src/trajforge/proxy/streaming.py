@@ -17,6 +17,7 @@ import orjson
 from fastapi.responses import StreamingResponse
 
 from trajforge.proxy.capture import StreamAssembly, Tokens, tokens_of
+from trajforge.proxy.http11 import RawResponse
 from trajforge.proxy.record import UpstreamFault
 from trajforge.proxy.shaping import ClientAsked, for_client
 from trajforge.proxy.upstream import UpstreamError, observed, transport_error
@@ -45,7 +46,9 @@ def _decode(line: bytes) -> dict | None:
     return chunk
 
 
-async def _chunk_batches(response: httpx.Response, timeout_s: float) -> AsyncIterator[list[dict]]:
+async def _chunk_batches(
+    response: httpx.Response | RawResponse, timeout_s: float
+) -> AsyncIterator[list[dict]]:
     """The decoded chunks of each network read, until `[DONE]`.
 
     Chunks that arrive together are relayed together (one write to the client instead of
@@ -77,7 +80,7 @@ class StreamRelay:
         self,
         proxy: RecordingProxy,
         context: CallContext,
-        response: httpx.Response,
+        response: httpx.Response | RawResponse,
         asked: ClientAsked,
         truncate: bool,
     ) -> None:
@@ -147,7 +150,7 @@ class StreamRelay:
 def relay_stream(
     proxy: RecordingProxy,
     context: CallContext,
-    response: httpx.Response,
+    response: httpx.Response | RawResponse,
     asked: ClientAsked,
     truncate: bool,
 ) -> StreamingResponse:

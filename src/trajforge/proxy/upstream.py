@@ -15,6 +15,7 @@ import orjson
 
 from trajforge.models.mock_answers import error_body
 from trajforge.proxy.config import ProxyConfig
+from trajforge.proxy.http11 import Http11Client
 from trajforge.proxy.record import UpstreamFault
 
 
@@ -70,12 +71,14 @@ def transport_error(exc: httpx.HTTPError, timeout_s: float) -> UpstreamError:
 
 
 class Upstream:
-    """An httpx connection pool to the upstream base URL."""
+    """The upstream connection pool: `Http11Client` for http://, httpx for https://."""
 
     def __init__(self, config: ProxyConfig) -> None:
         self.config = config
+        base = config.upstream.rstrip("/")
+        self.fast = Http11Client(base, config.timeout_s) if base.startswith("http://") else None
         self.client = httpx.AsyncClient(
-            base_url=config.upstream.rstrip("/"),
+            base_url=base,
             timeout=config.timeout_s,
             limits=httpx.Limits(max_connections=1024, max_keepalive_connections=256),
         )
@@ -89,45 +92,52 @@ class Upstream:
             headers["authorization"] = client_headers["authorization"]
         return headers
 
-    async def post(self, path: str, body: dict[str, Any], headers: dict[str, str]) -> dict:
-        """A non-streamed call: the decoded JSON answer, or an `UpstreamError`."""
+    async def _send(self, method: str, path: str, headers: dict, body: bytes = b""):
+        """An open response (status known, body unread), or an `UpstreamError`."""
         try:
-            response = await self.client.post(path, content=orjson.dumps(body), headers=headers)
+            if self.fast is not None:
+                return await self.fast.send(method, path, headers, body)
+            request = self.client.build_request(method, path, content=body, headers=headers)
+            return await self.client.send(request, stream=True)
         except httpx.HTTPError as exc:
             raise transport_error(exc, self.config.timeout_s) from exc
-        if response.status_code != 200:
-            raise status_error(response.status_code, response.content)
+
+    async def _read_all(self, response) -> bytes:
         try:
-            data = orjson.loads(response.content)
+            return await response.aread()
+        except httpx.HTTPError as exc:
+            raise transport_error(exc, self.config.timeout_s) from exc
+        finally:
+            await response.aclose()
+
+    async def post(self, path: str, body: dict[str, Any], headers: dict[str, str]) -> dict:
+        """A non-streamed call: the decoded JSON answer, or an `UpstreamError`."""
+        response = await self._send("POST", path, headers, orjson.dumps(body))
+        content = await self._read_all(response)
+        if response.status_code != 200:
+            raise status_error(response.status_code, content)
+        try:
+            data = orjson.loads(content)
         except orjson.JSONDecodeError:
             data = None
         if not isinstance(data, dict):
-            snippet = response.text[:200]
+            snippet = content[:200].decode(errors="replace")
             raise observed(502, "upstream_malformed", f"upstream answer is not JSON: {snippet!r}")
         return data
 
-    async def open_stream(
-        self, path: str, body: dict[str, Any], headers: dict[str, str]
-    ) -> httpx.Response:
+    async def open_stream(self, path: str, body: dict[str, Any], headers: dict[str, str]):
         """Start a streamed call; the open response, or an `UpstreamError` before any chunk."""
-        request = self.client.build_request(
-            "POST", path, content=orjson.dumps(body), headers=headers
-        )
-        try:
-            response = await self.client.send(request, stream=True)
-        except httpx.HTTPError as exc:
-            raise transport_error(exc, self.config.timeout_s) from exc
+        response = await self._send("POST", path, headers, orjson.dumps(body))
         if response.status_code != 200:
-            content = await response.aread()
-            await response.aclose()
-            raise status_error(response.status_code, content)
+            raise status_error(response.status_code, await self._read_all(response))
         return response
 
-    async def get(self, path: str, headers: dict[str, str]) -> httpx.Response:
-        try:
-            return await self.client.get(path, headers=headers)
-        except httpx.HTTPError as exc:
-            raise transport_error(exc, self.config.timeout_s) from exc
+    async def get(self, path: str, headers: dict[str, str]) -> tuple[int, bytes]:
+        """A GET (e.g. `/models`): status and body."""
+        response = await self._send("GET", path, headers)
+        return response.status_code, await self._read_all(response)
 
     async def close(self) -> None:
         await self.client.aclose()
+        if self.fast is not None:
+            await self.fast.aclose()
