@@ -191,3 +191,18 @@ def test_cli_proxy_and_mock_server_as_a_user_runs_them(
     assert call["prompt_token_ids"] and call["completion_token_ids"]
     assert len(call["logprobs"]) == len(call["completion_token_ids"])
     assert call["message_index"] == 1
+
+
+def test_cli_proxy_bad_options_fail_on_one_line(tmp_path: Path, cli) -> None:
+    bad_url = cli("proxy", "--upstream", "ftp://example")
+    assert bad_url.returncode == 1
+    assert bad_url.stderr.strip().splitlines() == [
+        "error: --upstream must be an http:// or https:// URL, got 'ftp://example'"
+    ]
+    missing = tmp_path / "missing" / "x.db"
+    bad_db = cli("proxy", "--upstream", "http://127.0.0.1:9/v1", "--db", str(missing))
+    assert bad_db.returncode == 1 and "store folder does not exist" in bad_db.stderr
+    db = ["--db", str(tmp_path / "never.db")]
+    bad_faults = cli("proxy", "--upstream", "http://127.0.0.1:9/v1", *db, "--faults", "5xx=2")
+    assert bad_faults.returncode == 1 and bad_faults.stderr.startswith("error: --faults")
+    assert not (tmp_path / "never.db").exists()

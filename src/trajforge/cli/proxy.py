@@ -8,6 +8,8 @@ import typer
 import uvicorn
 
 from trajforge.cli.common import DbOption, err_console
+from trajforge.errors import UserError
+from trajforge.store import Store, default_db_path
 
 HostOption = Annotated[str, typer.Option("--host", help="Interface to bind (loopback default).")]
 
@@ -75,10 +77,14 @@ def proxy_command(
     from trajforge.proxy import ProxyConfig, build_proxy_app
     from trajforge.proxy.faults import parse_fault_spec
 
+    if not upstream.startswith(("http://", "https://")):
+        raise UserError(f"--upstream must be an http:// or https:// URL, got '{upstream}'")
     config = ProxyConfig(
         upstream=upstream,
         token=token,
         upstream_api_key=upstream_key,
         faults=parse_fault_spec(faults) if faults else None,
     )
+    db = db or default_db_path()
+    Store(db).close()  # a bad path or a too-new store fails here, on one line
     _serve(build_proxy_app(config, db), host, port, f"trajforge proxy to {upstream}")
