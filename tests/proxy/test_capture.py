@@ -130,6 +130,22 @@ def test_text_completions_and_models(tmp_path: Path) -> None:
     assert call.completion_token_ids == backend.encode("four") and len(call.logprobs) == 1
 
 
+def test_streamed_text_completion_is_captured(tmp_path: Path) -> None:
+    db = tmp_path / "p.db"
+    with (
+        MockOpenAIServer(["two words"]) as upstream,
+        ProxyServer(ProxyConfig(upstream=upstream.base_url), db) as proxy,
+    ):
+        stream = _client(proxy.session_url("text")).completions.create(
+            model="m", prompt="say", stream=True
+        )
+        text = "".join(chunk.choices[0].text for chunk in stream)
+    call = Store(db).get(trajectory_id("text")).llm_calls[0]
+    assert text == "two words" == call.response["choices"][0]["text"]
+    assert call.completion_token_ids == HashTokenBackend().encode("two words")
+    assert len(call.logprobs) == 3 and call.prompt_token_ids == HashTokenBackend().encode("say")
+
+
 def test_restarted_proxy_continues_the_session(tmp_path: Path) -> None:
     db = tmp_path / "p.db"
     messages = [{"role": "user", "content": "hi"}]

@@ -232,3 +232,31 @@ def chat_chunks(answer: Answer, request: dict[str, Any]) -> list[dict[str, Any]]
         usage["choices"], usage["usage"] = [], answer.usage()
         chunks.append(usage)
     return chunks
+
+
+def text_chunks(answer: Answer, request: dict[str, Any]) -> list[dict[str, Any]]:
+    """The streamed `text_completion` chunks: one per token, the last with the finish reason."""
+    chunks = []
+    last = len(answer.token_ids) - 1
+    for position, piece in enumerate(answer.pieces):
+        choice: dict[str, Any] = {
+            "index": 0,
+            "text": piece,
+            "finish_reason": answer.finish_reason if position == last else None,
+            "token_ids": [answer.token_ids[position]],
+            "logprobs": None,
+        }
+        if position == 0:
+            choice["prompt_token_ids"] = answer.prompt_ids
+        if request.get("logprobs") is not None and request.get("logprobs") is not False:
+            choice["logprobs"] = {"tokens": [piece], "token_logprobs": [answer.logprobs[position]]}
+        chunks.append(
+            {
+                "id": answer.id,
+                "object": "text_completion",
+                "created": answer.created,
+                "model": answer.model,
+                "choices": [choice],
+            }
+        )
+    return chunks

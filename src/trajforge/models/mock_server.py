@@ -28,6 +28,7 @@ from trajforge.models.mock_answers import (
     error_body,
     text_answer,
     text_body,
+    text_chunks,
 )
 from trajforge.models.mock_script import MockReply, Script, ScriptCursor
 from trajforge.models.mock_tokens import HashTokenBackend, TokenBackend
@@ -99,6 +100,9 @@ class MockApp:
         if reply.status or reply.raw is not None:
             return _error_response(reply) if reply.status else Response(reply.raw, 200)
         answer = text_answer(self.backend, reply, body, f"cmpl-mock-{next(self._ids)}")
+        if body.get("stream"):
+            chunks = text_chunks(answer, body)
+            return StreamingResponse(_sse(chunks, reply.truncate), media_type="text/event-stream")
         return _JSON(text_body(answer, body))
 
     async def models(self) -> Response:
