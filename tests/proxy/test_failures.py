@@ -145,3 +145,24 @@ def test_bad_fault_spec_is_a_user_error() -> None:
         parse_fault_spec("slow=0.1")
     with pytest.raises(UserError, match="needs a number"):
         parse_fault_spec("timeout=often")
+
+
+def test_upstream_that_refuses_token_ids_is_asked_without_them(tmp_path: Path) -> None:
+    def strict_upstream(body: dict) -> str | dict:
+        if "return_token_ids" in body:
+            return {"status": 400, "error": "Unrecognized request argument: return_token_ids"}
+        return "fine"
+
+    db = tmp_path / "p.db"
+    with (
+        MockOpenAIServer(strict_upstream) as upstream,
+        ProxyServer(ProxyConfig(upstream=upstream.base_url), db) as proxy,
+    ):
+        url = f"{proxy.base_url}/chat/completions"
+        answers = [httpx.post(url, json=REQUEST) for _ in range(2)]
+        sent = list(upstream.requests)
+    assert [a.status_code for a in answers] == [200, 200]
+    assert ["return_token_ids" in body for body in sent] == [True, False, False]
+    calls = Store(db).get(trajectory_id("default")).llm_calls
+    assert [c.error for c in calls] == [None, None]
+    assert all(c.logprobs for c in calls)

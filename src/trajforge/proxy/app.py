@@ -64,6 +64,7 @@ class RecordingProxy:
         self.config = config
         self.db = db
         self.faults = FaultInjector(config.faults) if config.faults else None
+        self.token_ids_rejected = False
         self.store: Store | None = None
         self.recorder: Recorder | None = None
         self.upstream: Upstream | None = None
@@ -148,15 +149,16 @@ class RecordingProxy:
             message = "request body must be a JSON object"
             return JSONResponse(error_body(message, "invalid_request_error"), status_code=400)
         context = self._context(request, endpoint, session, body)
-        upstream_body, asked = augment(body, endpoint == "chat/completions", self.config)
+        ask_ids = self.config.ask_token_ids and not self.token_ids_rejected
+        upstream_body, asked = augment(body, endpoint == "chat/completions", self.config, ask_ids)
         headers = self.upstream.headers(request.headers)
         fault = self.faults.draw(request.headers) if self.faults else None
         try:
             await self._inject_early(fault)
+            answer = await self._send_upstream(context, upstream_body, headers, asked)
             if context.stream:
-                response = await self.upstream.open_stream(f"/{endpoint}", upstream_body, headers)
-                return relay_stream(self, context, response, asked, truncate=fault == "truncate")
-            data = await self.upstream.post(f"/{endpoint}", upstream_body, headers)
+                return relay_stream(self, context, answer, asked, truncate=fault == "truncate")
+            data = answer
         except UpstreamError as error:
             await self.record(context, error.status, error=error.message, fault=error.fault)
             return JSONResponse(error.body, status_code=error.status)
@@ -164,6 +166,23 @@ class RecordingProxy:
             return await self._truncated_plain(context, data, asked)
         await self.record(context, 200, response=data, tokens=tokens_of(data))
         return _JSON(for_client(data, asked))
+
+    async def _send_upstream(
+        self, context: CallContext, body: dict, headers: dict, asked: ClientAsked
+    ) -> Any:
+        """Post (or open a stream); retried once without `return_token_ids` if it is refused."""
+        send = self.upstream.open_stream if context.stream else self.upstream.post
+        path = f"/{context.endpoint}"
+        try:
+            return await send(path, body, headers)
+        except UpstreamError as error:
+            added = "return_token_ids" in body and not asked.token_ids
+            if error.status != 400 or not added or "return_token_ids" not in error.message:
+                raise
+        self.token_ids_rejected = True
+        log.warning("the upstream refuses return_token_ids; no longer asking for token ids")
+        body = {k: v for k, v in body.items() if k != "return_token_ids"}
+        return await send(path, body, headers)
 
     async def _inject_early(self, fault: str | None) -> None:
         if fault == "timeout":

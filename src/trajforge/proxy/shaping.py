@@ -29,12 +29,15 @@ class ClientAsked:
         return self.logprobs and self.token_ids and self.usage
 
 
-def augment(body: dict[str, Any], chat: bool, config: ProxyConfig) -> tuple[dict, ClientAsked]:
+def augment(
+    body: dict[str, Any], chat: bool, config: ProxyConfig, ask_token_ids: bool | None = None
+) -> tuple[dict, ClientAsked]:
     """The upstream request body and what the client asked for itself."""
+    ask_ids = config.ask_token_ids if ask_token_ids is None else ask_token_ids
     stream_options = body.get("stream_options") or {}
     asked = ClientAsked(
         logprobs=body.get("logprobs") not in (None, False) or not config.ask_logprobs,
-        token_ids=bool(body.get("return_token_ids")) or not config.ask_token_ids,
+        token_ids=bool(body.get("return_token_ids")) or not ask_ids,
         usage=not body.get("stream") or bool(stream_options.get("include_usage")),
     )
     upstream = dict(body)
