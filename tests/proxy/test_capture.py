@@ -222,3 +222,31 @@ def test_cli_proxy_bad_options_fail_on_one_line(tmp_path: Path, cli) -> None:
     bad_faults = cli("proxy", "--upstream", "http://127.0.0.1:9/v1", *db, "--faults", "5xx=2")
     assert bad_faults.returncode == 1 and bad_faults.stderr.startswith("error: --faults")
     assert not (tmp_path / "never.db").exists()
+
+
+def test_recorder_repairs_a_trajectory_left_behind(tmp_path: Path) -> None:
+    """A proxy killed after committing a call but before assembling it loses nothing."""
+    from trajforge.proxy.record import CapturedCall
+    from trajforge.proxy.recorder import Recorder
+
+    db = tmp_path / "p.db"
+    call = CapturedCall(
+        session="killed",
+        endpoint="chat/completions",
+        request={"model": "m", "messages": [{"role": "user", "content": "hi"}]},
+        response={"id": "r1", "choices": [{"message": {"role": "assistant", "content": "yo"}}]},
+        status=200,
+        started_at=0.0,
+        latency_s=0.01,
+    )
+    with Store(db) as store:
+        recorder = Recorder(store)
+        recorder.submit(call).result()
+        recorder.flush()
+        store.delete(trajectory_id("killed"))  # as if the assembly never happened
+        recorder.close()
+    with Store(db) as store:
+        Recorder(store).close()
+        traj = store.get(trajectory_id("killed"))
+    assert [m.content for m in traj.messages] == ["hi", "yo"]
+    assert traj.llm_calls[0].message_index == 1

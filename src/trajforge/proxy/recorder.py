@@ -91,7 +91,10 @@ class Recorder:
         return stale
 
     def _run(self) -> None:
-        self.repair()
+        try:
+            self.repair()
+        except Exception:  # serving goes on; the sessions re-assemble when next called
+            log.exception("could not repair the proxy sessions of %s", self.store.path)
         while True:
             wait = IDLE_REFRESH_S if self._dirty else None
             try:
