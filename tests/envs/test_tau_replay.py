@@ -183,3 +183,28 @@ def test_cli_replay_json_and_refusals(shared_data: Path, tmp_path: Path) -> None
     refused = runner.invoke(app, ["replay", swe_id, "--db", db])
     assert refused.exit_code == 1
     assert "cannot be replayed" in refused.output and len(refused.output.strip().splitlines()) == 1
+
+    retail_id = json.loads(
+        runner.invoke(app, ["ls", "--db", db, "--env", "tau-retail", "--json"]).stdout
+    )[0]["id"]
+    shown = runner.invoke(app, ["replay", retail_id, "--at", "4", "--db", db, "--json"])
+    assert shown.exit_code == 0, shown.output
+    assert set(json.loads(shown.stdout)) >= {"trajectory_id", "at", "state_hash", "distance"}
+    assert runner.invoke(app, ["replay", "--at", "4", "--db", db]).exit_code == 1
+
+
+def test_state_at_a_message_index(tau_runs: list[Trajectory]) -> None:
+    from trajforge.envs.replay import state_at
+
+    run = next(
+        t
+        for t in tau_runs
+        if t.task.environment == "tau-retail" and t.success is False and t.task.gold["outputs"]
+    )
+    start, end = state_at(run, 0), state_at(run, len(run.messages))
+    assert start["changed"] == [] and start["distance"] >= 1
+    assert end["state_hash"] != start["state_hash"] or end["changed"] == []
+    env = make_env(run)
+    replay_to(env, run, len(run.messages))
+    assert end["state_hash"] == env.state_hash()
+    assert [(c["table"], c["key"]) for c in end["changed"]] == sorted(env.db.changes())

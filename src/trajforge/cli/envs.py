@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -22,7 +23,7 @@ from trajforge.cli.common import (
     open_store,
     print_json,
 )
-from trajforge.envs.replay import ReplaySummary, replay_many
+from trajforge.envs.replay import ReplaySummary, replay_many, state_at
 from trajforge.errors import UserError
 from trajforge.models.openai_compat import OpenAIModelConfig
 from trajforge.rollout.episode import Limits
@@ -59,9 +60,16 @@ def replay_command(
     task: TaskOption = None,
     outcome: OutcomeOption = None,
     limit: LimitOption = None,
+    at: Annotated[
+        int | None,
+        typer.Option("--at", help="With one id: show the state after the first N messages."),
+    ] = None,
     json_out: JsonOption = False,
 ) -> None:
     """Re-execute the tool calls of stored runs; compare outputs and outcomes (fidelity)."""
+    if at is not None:
+        _show_state(ids or [], at, db, json_out)
+        return
     flt = make_filter(harness, model, env, task, outcome, limit, ids)
     with open_store(db) as store:
         summary = replay_many(store.query(flt), explicit=bool(ids))
@@ -69,6 +77,24 @@ def replay_command(
         print_json(summary.model_dump(mode="json"))
         return
     print_replay(summary, console)
+
+
+def _show_state(ids: list[str], at: int, db: Path | None, json_out: bool) -> None:
+    if len(ids) != 1:
+        raise UserError("--at needs exactly one trajectory id")
+    with open_store(db) as store:
+        trajectory = store.get(ids[0])
+    report = state_at(trajectory, at)
+    if json_out:
+        print_json(report)
+        return
+    console.print(
+        f"{trajectory.id} after {at} of {len(trajectory.messages)} messages: "
+        f"state {str(report.get('state_hash', '?'))[:12]}, distance {report.get('distance', '?')}",
+        markup=False,
+    )
+    for change in report.get("changed", []):
+        console.print(f"  {change['table']} {change['key']}: {change['record']}", markup=False)
 
 
 def print_replay(summary: ReplaySummary, console: Console) -> None:

@@ -14,7 +14,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from trajforge.envs import ENVIRONMENTS
-from trajforge.envs.base import Environment
+from trajforge.envs.base import Environment, Oracle
 from trajforge.errors import UserError
 from trajforge.schema import Message, ToolCall, Trajectory
 
@@ -72,6 +72,23 @@ def replay_to(env: Environment, trajectory: Trajectory, n: int) -> Any:
         if faults.get(index) not in UNEXECUTED_FAULTS:
             env.step(call)
     return env.snapshot()
+
+
+def state_at(trajectory: Trajectory, n: int) -> dict[str, Any]:
+    """What the environment looks like after the first `n` messages: state hash, oracle
+    distance and the changed records, when the environment offers them."""
+    env = make_env(trajectory)
+    replay_to(env, trajectory, n)
+    if hasattr(env, "bind_conversation"):
+        env.bind_conversation(trajectory.messages[:n])
+    report: dict[str, Any] = {"trajectory_id": trajectory.id, "at": n}
+    if hasattr(env, "state_hash"):
+        report["state_hash"] = env.state_hash()
+    if isinstance(env, Oracle):
+        report["distance"] = env.distance()
+    if hasattr(env, "changed_records"):
+        report["changed"] = env.changed_records()
+    return report
 
 
 class Mismatch(BaseModel):

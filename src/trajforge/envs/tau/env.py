@@ -114,6 +114,13 @@ class TauEnv:
         """Hash of the database state (equal states, equal hashes)."""
         return self.db.state_hash()
 
+    def changed_records(self) -> list[dict[str, Any]]:
+        """The records that differ from the initial database, in table and key order."""
+        return [
+            {"table": table, "key": key, "record": record}
+            for (table, key), record in sorted(self.db.changes().items())
+        ]
+
     # -- judging -----------------------------------------------------------------------
 
     @property
