@@ -119,3 +119,34 @@ def test_cli_handoff_refuses_the_replay_policy() -> None:
     )
     assert result.exit_code == 1
     assert "use it with fork" in result.output
+
+
+def test_cli_handoff_save_stores_reacher_and_solver_runs(tmp_path) -> None:
+    from trajforge.store import Store
+
+    db = str(tmp_path / "h.db")
+    args = [
+        "handoff",
+        "--env",
+        "tau-airline",
+        "--reacher",
+        "expert",
+        "--solver",
+        "expert",
+        "--tasks",
+        "3",
+        "--save",
+        "--db",
+        db,
+        "--json",
+    ]
+    assert CliRunner().invoke(app, args).exit_code == 0
+    with Store(db) as store:
+        runs = list(store.query())
+    reachers = {t.id: t for t in runs if t.source.run == "reacher"}
+    solvers = [t for t in runs if t.source.run == "solver"]
+    assert len(reachers) == len(solvers) == 3
+    for solver in solvers:
+        reacher = reachers[solver.parent.trajectory_id]
+        at = solver.parent.message_index
+        assert solver.messages[:at] == reacher.messages[:at] and solver.success

@@ -30,6 +30,7 @@ from trajforge.rollout.episode import Limits
 from trajforge.rollout.fork import ForkOptions, check_fork_index, fork, fork_summary
 from trajforge.rollout.handoff import HandoffConfig, HandoffMatrix, run_matrix
 from trajforge.rollout.policy_factory import AgentSpec, build_agents
+from trajforge.schema import Trajectory
 
 PolicyArg = Annotated[
     str, typer.Option("--policy", help="expert, noisy-expert, replay, llm, or module:Class.")
@@ -198,6 +199,10 @@ def handoff_command(
     base_url: BaseUrlArg = None,
     llm_model: LlmModelArg = None,
     api_key: ApiKeyArg = None,
+    save: Annotated[
+        bool, typer.Option("--save", help="Store the reacher and solver runs (in --db).")
+    ] = False,
+    db: DbOption = None,
     json_out: JsonOption = False,
 ) -> None:
     """REACH / SOLVE / end-to-end of reacher → solver handoffs over an environment's tasks."""
@@ -206,7 +211,11 @@ def handoff_command(
         for name in [*reacher, *solver]
     }
     config = HandoffConfig(k=k, at=at, limits=Limits(max_steps=max_steps))
-    matrix = run_matrix(env, reacher, solver, specs, config, tasks)
+    runs: list[Trajectory] | None = [] if save else None
+    matrix = run_matrix(env, reacher, solver, specs, config, tasks, collect=runs)
+    if runs:
+        with open_store(db, must_exist=False) as store, store.transaction():
+            store.add_many(runs)
     if json_out:
         print_json(matrix.to_json())
         return

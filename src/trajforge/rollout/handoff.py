@@ -186,14 +186,18 @@ def evaluate_handoff(
     solver: AgentFactory,
     config: HandoffConfig,
     names: tuple[str, str] = ("reacher", "solver"),
+    collect: list[Trajectory] | None = None,
 ) -> HandoffResult:
-    """REACH / SOLVE / end-to-end of one reacher and one solver over `tasks`."""
+    """REACH / SOLVE / end-to-end of one reacher and one solver over `tasks`; the reacher's
+    and solver's trajectories are appended to `collect` when given."""
     if not tasks:
         raise UserError(f"no tasks to run for environment '{env_name}'")
-    runs = [
-        run_handoff(env_name, task, reacher(i), solver(i), config)[0]
-        for i, task in enumerate(tasks)
-    ]
+    runs = []
+    for i, task in enumerate(tasks):
+        run, reached, solved = run_handoff(env_name, task, reacher(i), solver(i), config)
+        runs.append(run)
+        if collect is not None:
+            collect.extend(t.with_id() for t in (reached, solved) if t is not None)
     reached = [r for r in runs if r.reached]
     return HandoffResult(
         reacher=names[0],
@@ -249,6 +253,7 @@ def run_matrix(
     specs: dict[str, AgentSpec],
     config: HandoffConfig,
     count: int | None = None,
+    collect: list[Trajectory] | None = None,
 ) -> HandoffMatrix:
     """Handoff for every reacher × solver pair of policy names (built from `specs`)."""
     tasks = task_list(env_name, count)
@@ -263,6 +268,7 @@ def run_matrix(
                     _factory(specs[solver]),
                     config,
                     names=(reacher, solver),
+                    collect=collect,
                 )
             )
     return HandoffMatrix(env=env_name, k=config.k, at=config.at, tasks=len(tasks), results=results)
