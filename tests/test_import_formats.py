@@ -167,3 +167,17 @@ def test_stored_document_is_the_plain_serialization(path: Path) -> None:
         traj_id, document = traj.identified_document()
         assert traj_id == traj.content_id()
         assert document == traj.model_copy(update={"id": traj_id}).model_dump_json().encode()
+
+
+def test_mini_swe_agent_verdict_from_results_summary(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    instance = MINI.parent.name
+    (run / "trajs" / instance).mkdir(parents=True)
+    shutil.copyfile(MINI, run / "trajs" / instance / MINI.name)
+    summary = {"instances": [{"instance_id": instance, "resolved": False}]}
+    (run / "results_summary.json").write_bytes(orjson.dumps(summary))
+    imp = detect_format(run / "trajs" / instance / MINI.name)
+    assert imp.sidecars(run / "trajs" / instance / MINI.name) == [run / "results_summary.json"]
+    (traj,) = read_all(run / "trajs" / instance / MINI.name)
+    assert (traj.outcome.success, traj.outcome.judged_by) == (False, "swe-bench-harness")
+    assert traj.source.run == "run"
