@@ -333,3 +333,14 @@ def test_fork_after_a_hand_over_runs_nothing(retail_runs: list[Trajectory]) -> N
     child = fork(parent, at, ExpertPolicy(), user=ScriptedUser())
     assert len(child.messages) == at
     assert child.outcome.termination_reason == "env_done"
+
+
+def test_fork_by_policy_name_and_default_user(retail_runs: list[Trajectory]) -> None:
+    parent = next(t for t in retail_runs if t.success is False)
+    at = len(parent.messages) // 2
+    by_name = fork(parent, at, "expert")
+    by_object = fork(parent, at, ExpertPolicy())  # tau is conversational: scripted user
+    assert by_name.success and by_object.success
+    assert [m.text() for m in by_name.messages] == [m.text() for m in by_object.messages]
+    replayed = fork(parent, at, "replay")
+    assert [m.text() for m in replayed.messages] == [m.text() for m in parent.messages]

@@ -67,6 +67,11 @@ def replay_to(env: Environment, trajectory: Trajectory, n: int) -> Any:
             f"0..{len(trajectory.messages)}"
         )
     env.reset(trajectory.task)
+    return replay_calls(env, trajectory, n)
+
+
+def replay_calls(env: Environment, trajectory: Trajectory, n: int) -> Any:
+    """`replay_to` without the reset: for an environment just reset to the run's task."""
     faults = fault_kinds(trajectory)
     for index, call, _ in answered_calls(trajectory.messages, n):
         if faults.get(index) not in UNEXECUTED_FAULTS:

@@ -23,10 +23,12 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from trajforge.agents.base import USER_STOP, EpisodeState, Policy, UserSimulator
+from trajforge.agents.user_sim import ScriptedUser
 from trajforge.envs.base import Environment
-from trajforge.envs.replay import answered_calls, make_env, replay_to
+from trajforge.envs.replay import answered_calls, make_env, replay_calls
 from trajforge.errors import UserError
 from trajforge.rollout.episode import Limits, run_episode
+from trajforge.rollout.policy_factory import AgentSpec, build_agents
 from trajforge.schema import ForkParent, Message, Source, Trajectory
 from trajforge.store import Store
 
@@ -60,7 +62,7 @@ def check_fork_index(parent: Trajectory, at: int) -> None:
 def fork(
     store_or_parent: Store | Trajectory,
     at: int,
-    policy: Policy,
+    policy: Policy | str,
     *,
     parent_id: str | None = None,
     user: UserSimulator | None = None,
@@ -69,13 +71,22 @@ def fork(
 ) -> Trajectory:
     """A child trajectory sharing the parent's first `at` messages, continued by `policy`.
 
-    Nothing is stored: the caller decides (`store.add(child)`).
+    `policy` is a policy object or a name for `build_agents` (`expert`, `noisy-expert`,
+    `replay`, `llm`...), which also brings its user simulator. Without a `user`, a
+    conversational environment (one whose opening has no user message) gets the scripted
+    user. Nothing is stored: the caller decides (`store.add(child)`).
     """
     parent = resolve_parent(store_or_parent, parent_id)
     check_fork_index(parent, at)
     options = options or ForkOptions()
     env = env or make_env(parent)
-    replay_to(env, parent, at)
+    opening = env.reset(parent.task)
+    if isinstance(policy, str):
+        policy, named_user = build_agents(AgentSpec(policy=policy), parent=parent, at=at)
+        user = user or named_user
+    elif user is None and not any(m.role == "user" for m in opening):
+        user = ScriptedUser()
+    replay_calls(env, parent, at)
     child = prefix_child(parent, at, policy, options)
     if hasattr(env, "bind_conversation"):
         env.bind_conversation(child.messages)
