@@ -157,7 +157,8 @@ def score_command(
         document = {"id": traj.id, "detector": detector.name, "threshold": threshold}
         print_json(document | {"risk": curve})
         return
-    table = Table(title=f"{traj.id[:12]}: {detector.name} risk per step (threshold {threshold})")
+    shown = "none" if threshold is None else f"{threshold:.3f}"
+    table = Table(title=f"{traj.id[:12]} {detector.name} risk (stop at {shown})")
     for column in ("step", "message", "risk"):
         table.add_column(column)
     for step, (index, risk) in enumerate(curve, start=1):

@@ -9,6 +9,7 @@ code, a Python traceback, or a reply without exactly one bash block is an error.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import shlex
 
@@ -76,15 +77,17 @@ def split_commands(script: str) -> list[tuple[str, str]]:
 
 
 def _words(command: str) -> list[str]:
-    try:
-        words = shlex.split(command, comments=False)
-    except ValueError:
-        words = command.split()
+    words = command.split()
+    if len(command) <= SHLEX_LIMIT and ("'" in command or '"' in command):
+        with contextlib.suppress(ValueError):
+            words = shlex.split(command, comments=False)
     while words and (("=" in words[0] and not words[0].startswith("-")) or words[0] in _PREFIXES):
         words = words[1:]
     return words
 
 
+SHLEX_LIMIT = 400
+"""Longer commands (inline scripts) are split on white space: shlex is slow on them."""
 _PREFIXES = {"sudo", "env", "time", "timeout", "exec", "command", "5s", "10s", "30s", "60s"}
 
 

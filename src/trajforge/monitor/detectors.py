@@ -24,6 +24,7 @@ from sklearn.metrics import roc_auc_score
 from sklearn.model_selection import GroupKFold
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
+from threadpoolctl import threadpool_limits
 
 from trajforge.monitor.dataset import RunFeatures, training_rows
 from trajforge.monitor.features import feature_names
@@ -125,7 +126,7 @@ def make_estimator(kind: str, seed: int) -> Any:
     """An unfitted estimator of a family: `gbm` or `logistic`."""
     if kind == "gbm":
         return HistGradientBoostingClassifier(
-            max_iter=150,
+            max_iter=100,
             learning_rate=0.05,
             max_leaf_nodes=15,
             min_samples_leaf=40,
@@ -151,6 +152,10 @@ class LearnedDetector:
         self.inner_auroc: dict[str, float] = {}
 
     def fit(self, runs: list[RunFeatures]) -> None:
+        with threadpool_limits(limits=1):  # small data: threads cost more than they save
+            self._fit(runs)
+
+    def _fit(self, runs: list[RunFeatures]) -> None:
         x, y, groups = training_rows(runs)
         splits = list(group_folds(groups, self.config.inner_folds, self.config.seed))
         scores = {kind: self._out_of_fold(kind, x, y, splits) for kind in self.config.candidates}

@@ -23,18 +23,57 @@ from trajforge.schema import Trajectory
 
 FEATURE_VERSION = "prefix-v1"
 
-HEDGES = re.compile(
-    r"\b(maybe|perhaps|might|seems?|possibly|not sure|unclear|wait|hmm|actually|"
-    r"strange|weird|unexpected|confus\w*|surpris\w*|odd)\b",
+HEDGES = (
+    "maybe",
+    "perhaps",
+    "might ",
+    "seems",
+    "seem ",
+    "possibly",
+    "not sure",
+    "unclear",
+    "wait",
+    "hmm",
+    "actually",
+    "strange",
+    "weird",
+    "unexpected",
+    "confus",
+    "surpris",
+    " odd",
 )
-RETRIES = re.compile(
-    r"\b(try again|another approach|different approach|instead|still (fails|failing|not)|"
-    r"didn'?t work|doesn'?t work|not working|did not work|revert|undo|workaround|hack|"
-    r"mistake|wrong|oops|my bad|let me re|again)",
+RETRIES = (
+    "try again",
+    "another approach",
+    "different approach",
+    "instead",
+    "still fail",
+    "still not",
+    "didn't work",
+    "doesn't work",
+    "not working",
+    "did not work",
+    "revert",
+    "undo",
+    "workaround",
+    "hack",
+    "mistake",
+    "wrong",
+    "oops",
+    "let me re",
+    "again",
 )
-CONFIDENT = re.compile(
-    r"\b(confirmed|works( as expected)?|fixed|passe[sd]|success\w*|as expected|correct(ly)?|"
-    r"verified|resolved)",
+CONFIDENT = (
+    "confirmed",
+    "works",
+    "fixed",
+    "passed",
+    "passes",
+    "success",
+    "as expected",
+    "correct",
+    "verified",
+    "resolved",
 )
 TEST_FAILED = re.compile(r"\b(\d+ failed|FAILED|failures=|errors=|\d+ error)\b")
 KINDS = ("read", "search", "edit", "write", "test", "run", "diff", "revert", "files", "respond")
@@ -149,9 +188,9 @@ class PrefixState:
 
     def _text(self, step: Step) -> None:
         text = f"{step.text}\n{step.reasoning}".lower()
-        self.hedges.append(len(HEDGES.findall(text)))
-        self.retries.append(len(RETRIES.findall(text)))
-        self.confident.append(len(CONFIDENT.findall(text)))
+        self.hedges.append(_count(text, HEDGES))
+        self.retries.append(_count(text, RETRIES))
+        self.confident.append(_count(text, CONFIDENT))
 
     def vector(self) -> dict[str, float]:
         """The features of the prefix seen so far."""
@@ -257,6 +296,10 @@ class PrefixState:
     def _kind_features(self) -> dict[str, float]:
         total = max(1, sum(self.kinds.values()))
         return {f"share_{kind}": self.kinds[kind] / total for kind in KINDS}
+
+
+def _count(text: str, phrases: tuple[str, ...]) -> int:
+    return sum(text.count(phrase) for phrase in phrases)
 
 
 def _mean(values: list) -> float:

@@ -60,7 +60,7 @@ def extract_steps(traj: Trajectory) -> list[Step]:
     calls = {c.message_index: c for c in traj.llm_calls if c.message_index is not None}
     tools = action_format(traj) == "tools"
     indices = traj.assistant_indices()
-    ends = [*indices[1:], len(traj.messages)]
+    ends = [*indices[1:], len(traj.messages)][: len(indices)]
     steps = [_step(traj.messages, i, end, tools) for i, end in zip(indices, ends, strict=True)]
     for step in steps:
         _set_usage(step, calls.get(step.index), traj.messages)
