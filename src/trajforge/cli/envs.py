@@ -149,9 +149,11 @@ def fork_command(
     with open_store(db) as store:
         parent = store.get(traj_id)
         check_fork_index(parent, at)
-        agents = build_agents(spec, parent=parent, at=at)
+        policy_obj, user_sim = build_agents(spec, parent=parent, at=at)
+        # the default scripted user is fork's choice (only conversational environments need one)
+        chosen_user = user_sim if user == "llm" or spec.policy == "replay" else None
         options = ForkOptions(limits=Limits(max_steps=max_steps))
-        child = fork(parent, at, agents[0], user=agents[1], options=options)
+        child = fork(parent, at, policy_obj, user=chosen_user, options=options)
         with store.transaction():
             store.add(child)
     summary = fork_summary(child)
