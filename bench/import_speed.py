@@ -54,12 +54,19 @@ class Timing:
         return result
 
 
-def import_all(data: Path) -> ImportReport:
-    with tempfile.TemporaryDirectory() as tmp, Store(Path(tmp) / "bench.db") as store:
+def import_all(data: Path, store_path: Path) -> ImportReport:
+    """Import `data` into a new store at `store_path` (closing it, which syncs it to disk)."""
+    with Store(store_path) as store:
         report = import_paths(store, [str(data)])
     if report.failed:
         raise SystemExit(f"import failed: {report.failed[0].error}")
     return report
+
+
+def timed_import(timing: Timing, data: Path) -> ImportReport:
+    """One measured import into a fresh temporary store (deleting it is not measured)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        return timing.measure(import_all, data, Path(tmp) / "bench.db")
 
 
 def json_load_all(files: list[Path]) -> None:
@@ -81,15 +88,17 @@ def main() -> None:
     args = parser.parse_args()
     data = data_dir(args.data)
     if args.profile:
-        cProfile.runctx("import_all(data)", globals(), {"data": data}, "/tmp/import.prof")
+        with tempfile.TemporaryDirectory() as tmp:
+            call = "import_all(data, Path(tmp) / 'bench.db')"
+            cProfile.runctx(call, globals(), {"data": data, "tmp": tmp}, "/tmp/import.prof")
         pstats.Stats("/tmp/import.prof").sort_stats("tottime").print_stats(25)
     importing, loading = Timing(), Timing()
-    report = importing.measure(import_all, data)
+    report = timed_import(importing, data)
     files = read_files(report)
     for run in range(args.repeat):
         loading.measure(json_load_all, files)
         if run:
-            importing.measure(import_all, data)
+            timed_import(importing, data)
     print_results(data, report, files, importing, loading)
 
 
