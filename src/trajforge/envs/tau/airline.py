@@ -329,7 +329,7 @@ def update_reservation_flights(
     difference -= sum(old["price"] for old in reservation["flights"]) * seats
     _change_payment(db, reservation["user_id"], payment_id, difference)
     reservation = db.edit("reservations", reservation_id)
-    reservation["flights"] = segments
+    reservation["flights"] = segments  # the `cabin` field stays as it was (as recorded)
     if difference != 0:
         reservation["payment_history"].append({"payment_id": payment_id, "amount": difference})
         _debit_gift_card(db, reservation["user_id"], payment_id, difference)
