@@ -73,12 +73,21 @@ def expand(paths: Iterable[str]) -> tuple[list[Path], list[Path]]:
             raise UserError(f"no file matches '{raw}'")
         for match in map(Path, matches):
             if match.is_dir():
-                in_folders.extend(p for p in sorted(match.rglob("*")) if p.is_file())
+                in_folders.extend(files_under(match))
             elif match.exists():
                 explicit.append(match)
             else:
                 raise UserError(f"no such file or folder: {match}")
     return explicit, in_folders
+
+
+def files_under(folder: Path) -> list[Path]:
+    """The files below `folder`, folder by folder in name order (hidden ones included)."""
+    found: list[Path] = []
+    for root, dirs, files in os.walk(folder):
+        dirs.sort()
+        found.extend(Path(root, name) for name in sorted(files))
+    return found
 
 
 def plan(
