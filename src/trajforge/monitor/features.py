@@ -21,7 +21,7 @@ from trajforge.monitor.actions import Action
 from trajforge.monitor.steps import Step, extract_steps, step_tokens
 from trajforge.schema import Trajectory
 
-FEATURE_VERSION = "prefix-v1"
+FEATURE_VERSION = "prefix-v2"
 
 HEDGES = (
     "maybe",
@@ -75,6 +75,7 @@ CONFIDENT = (
     "verified",
     "resolved",
 )
+NUMBERED_SED = re.compile(r"-i\S*\s+['\"]?\d+(,\d+)?\s*[acdis]")
 TEST_FAILED = re.compile(r"\b(\d+ failed|FAILED|failures=|errors=|\d+ error)\b")
 KINDS = ("read", "search", "edit", "write", "test", "run", "diff", "revert", "files", "respond")
 KINDS += ("think", "escalate", "format_error", "submit")
@@ -120,6 +121,12 @@ class PrefixState:
         self.retries: list[int] = []
         self.confident: list[int] = []
         self.tracebacks = 0
+        self.created: set[str] = set()
+        self.source_edits: Counter[str] = Counter()
+        self.numbered_sed_edits = 0
+        self.outcomes: dict[str, bool] = {}
+        self.fail_then_pass = 0
+        self.last_pass = 0
         self.user_turns = 0
 
     def update(self, step: Step) -> None:
@@ -156,26 +163,37 @@ class PrefixState:
     def _action(self, action: Action, step: Step) -> None:
         self.kinds[action.kind] += 1
         new_paths = set(action.paths) - self.paths_seen
+        if action.kind in ("read", "search"):
+            self._read(action, known=bool(action.paths) and not new_paths)
+        elif action.kind in ("edit", "write"):
+            self._edit(action, new_paths)
+        elif action.kind in ("test", "run"):
+            self._execution(action, step)
         if new_paths:
             self.last_new_path = self.k
             self.paths_seen |= new_paths
-        if action.kind in ("read", "search"):
-            self._read(action)
-        elif action.kind in ("edit", "write"):
-            self._edit(action)
-        elif action.kind == "test":
-            self.tests.append((self.k, step.error or bool(TEST_FAILED.search(step.observation))))
-        elif action.kind == "run":
-            self.runs.append((self.k, step.error))
 
-    def _read(self, action: Action) -> None:
+    def _execution(self, action: Action, step: Step) -> None:
+        failed = step.error or bool(TEST_FAILED.search(step.observation))
+        (self.tests if action.kind == "test" else self.runs).append((self.k, failed))
+        if not failed and self.outcomes.get(action.text):
+            self.fail_then_pass += 1
+        self.outcomes[action.text] = failed
+        if not failed:
+            self.last_pass = self.k
+
+    def _read(self, action: Action, known: bool) -> None:
         self.reads += 1
-        self.rereads += any(p in self.paths_seen for p in action.paths) and self.k > 1
+        self.rereads += known
         if action.region is not None:
             self.region_rereads += any(_overlaps(action.region, r) for r in self.regions)
             self.regions.append(action.region)
 
-    def _edit(self, action: Action) -> None:
+    def _edit(self, action: Action, new_paths: set[str]) -> None:
+        if action.kind == "write":
+            self.created |= new_paths
+        if action.name == "sed" and NUMBERED_SED.search(action.text):
+            self.numbered_sed_edits += 1
         if not self.edit_steps:
             self.first_edit = self.k
             self.explored_before_edit = self.kinds["read"] + self.kinds["search"] > 0
@@ -183,6 +201,7 @@ class PrefixState:
             self.edit_steps.append(self.k)
         for path in action.paths:
             self.edits_per_file[path] += 1
+            self.source_edits[path] += path not in self.created
         self.test_file_edits += action.on_test_file
         self.lines_written.append(action.lines_written)
 
@@ -213,6 +232,7 @@ class PrefixState:
             "context_growth_per_step": (self.last_prompt - self.first_prompt) / k,
             "completion_mean": _mean(self.completions),
             "completion_last5": _mean(self.completions[-5:]),
+            "completion_trend": _mean(self.completions[-5:]) / max(1.0, _mean(self.completions)),
             "reasoning_chars_mean": _mean(self.reasoning),
             "reasoning_chars_last5": _mean(self.reasoning[-5:]),
             "observation_chars_mean": _mean(self.observation_chars),
@@ -265,6 +285,10 @@ class PrefixState:
             "lines_written_last5_edits": sum(self.lines_written[-5:]),
             "reverts": self.kinds["revert"],
             "steps_since_last_edit": k - self.edit_steps[-1] if self.edit_steps else k,
+            "source_files_edited": sum(1 for n in self.source_edits.values() if n),
+            "source_edits": sum(self.source_edits.values()),
+            "files_created": len(self.created),
+            "numbered_sed_edits": self.numbered_sed_edits,
         }
 
     def _test_features(self) -> dict[str, float]:
@@ -281,6 +305,8 @@ class PrefixState:
             "script_error_share": _mean([f for _, f in self.runs]),
             "last_run_failed": float(self.runs[-1][1]) if self.runs else -1.0,
             "diff_checks": self.kinds["diff"],
+            "fail_then_pass": self.fail_then_pass,
+            "passed_since_last_edit": float(self.last_pass > last_edit > 0),
         }
 
     def _text_features(self) -> dict[str, float]:
