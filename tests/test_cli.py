@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -153,3 +154,15 @@ def test_import_glob(tmp_path: Path) -> None:
     pattern = str(WHO_DIR / "*" / "1*.json")
     summary = json.loads(invoke("import", pattern, "--db", str(tmp_path / "t.db"), "--json"))
     assert summary["imported"] == 2 and summary["by_format"] == {"who-and-when": 2}
+
+
+def test_unreadable_file_in_a_folder_fails_alone(tmp_path: Path) -> None:
+    folder = tmp_path / "runs"
+    shutil.copytree(WHO_DIR, folder)
+    broken = folder / "Algorithm-Generated" / "broken.json.gz"
+    broken.write_bytes(b"this is not gzip")
+    result = CliRunner().invoke(app, ["import", str(folder), "--db", str(tmp_path / "t.db")])
+    assert result.exit_code == 1
+    assert "imported 5 trajectories" in result.stdout
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith(f"error: {broken}: cannot read file")

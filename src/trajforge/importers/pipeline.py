@@ -10,7 +10,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from trajforge.errors import UserError
+from trajforge.errors import InputError, UserError
 from trajforge.importers.base import Importer
 from trajforge.importers.registry import detect_format, require_format
 from trajforge.schema import Trajectory
@@ -96,12 +96,18 @@ def plan(
     """Decide the importer of each file; returns ([(path, importer)], report-so-far).
 
     Explicit files must be recognized (else a UserError); unrecognized files found in folders
-    are listed as not trajectories. Sidecars claimed by a recognized file are consumed.
+    are listed as not trajectories, unreadable ones as failed. Sidecars claimed by a
+    recognized file are consumed.
     """
     explicit, in_folders = expand(paths)
     report = ImportReport()
     jobs = [(p, require_format(p, fmt)) for p in explicit]
-    candidates = [(p, _detect(p, fmt)) for p in in_folders]
+    candidates = []
+    for path in in_folders:
+        try:
+            candidates.append((path, _detect(path, fmt)))
+        except InputError as exc:
+            report.files.append(FileResult(path=str(path), error=str(exc)))
     jobs.extend((p, imp) for p, imp in candidates if imp is not None)
     claimed = {os.path.abspath(s) for p, imp in jobs for s in imp.sidecars(p)}
     for path, imp in candidates:
