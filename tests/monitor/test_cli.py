@@ -38,6 +38,9 @@ def test_train_eval_and_score_from_the_command_line(monitor_db, tau_trajs, tmp_p
     assert [index for index, _ in curve] == traj.assistant_indices()
     table = _run("score", traj.id[:10], "--model", str(model), "--db", str(monitor_db))
     assert table.exit_code == 0 and "learned risk" in table.stdout
+    shown = runner.invoke(app, ["show", traj.id, "--db", str(monitor_db), "--risk", str(model)])
+    assert shown.exit_code == 0, shown.output
+    assert "learned risk" in shown.stdout
 
 
 def test_cross_validated_eval_prints_the_required_keys(monitor_db):

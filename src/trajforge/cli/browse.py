@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -88,6 +89,9 @@ def show_command(
     db: DbOption = None,
     json_out: JsonOption = False,
     full: Annotated[bool, typer.Option("--full", help="Do not shorten long messages.")] = False,
+    risk: Annotated[
+        Path | None, typer.Option("--risk", help="Model file: also print failure risk per step.")
+    ] = None,
 ) -> None:
     """Show one trajectory: messages, tool calls, labels, faults and outcome."""
     with open_store(db) as store:
@@ -98,3 +102,7 @@ def show_command(
         return
     render_trajectory(console, traj, full=full)
     render_diagnoses(console, diagnoses)
+    if risk is not None:
+        from trajforge.cli.monitor import render_risk  # scikit-learn loads only when asked
+
+        render_risk(traj, risk)

@@ -33,6 +33,7 @@ from trajforge.monitor import (
     save_detector,
 )
 from trajforge.monitor.detectors import Detector, RuleDetector
+from trajforge.schema import Trajectory
 
 app = typer.Typer(help="Score run prefixes for failure risk and stop doomed runs early.")
 
@@ -157,6 +158,11 @@ def score_command(
         document = {"id": traj.id, "detector": detector.name, "threshold": threshold}
         print_json(document | {"risk": curve})
         return
+    _print_curve(traj, detector, curve)
+
+
+def _print_curve(traj: Trajectory, detector: Detector, curve: list[tuple[int, float]]) -> None:
+    threshold = detector.thresholds.get(str(detector.config.default_loss))
     shown = "none" if threshold is None else f"{threshold:.3f}"
     table = Table(title=f"{traj.id[:12]} {detector.name} risk (stop at {shown})")
     for column in ("step", "message", "risk"):
@@ -165,6 +171,12 @@ def score_command(
         flag = " [red]stop" if threshold is not None and risk >= threshold else ""
         table.add_row(str(step), str(index), f"{risk:.3f}{flag}")
     console.print(table)
+
+
+def render_risk(traj: Trajectory, model_file: Path) -> None:
+    """Print the risk curve of `traj` under a model file (used by `show --risk`)."""
+    detector = load_detector(model_file)
+    _print_curve(traj, detector, risk_curve(traj, detector))
 
 
 app.command("train")(guarded(train_command))
