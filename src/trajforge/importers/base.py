@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import gzip
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Protocol
 
@@ -207,6 +207,21 @@ def load_json_without(path: Path, skipped_key: str) -> dict:
 
 def _under(prefix: str, key: str) -> bool:
     return prefix == key or prefix.startswith(key + ".")
+
+
+def read_one_run(path: Path, convert: Callable[[dict, Path], Trajectory]) -> Trajectory:
+    """Parse a one-run JSON file and `convert(data, path)` it; errors name the file and `$`.
+
+    Only the trajectory outlives this call: the parsed JSON is released before the caller
+    stores the run, which keeps the peak memory of a big single-run file lower.
+    """
+    data = load_json(path)
+    if not isinstance(data, dict):
+        raise InputError(str(path), "expected a JSON object")
+    try:
+        return convert(data, path)
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise InputError(str(path), record_problem(exc), "$") from exc
 
 
 def record_problem(exc: Exception) -> str:

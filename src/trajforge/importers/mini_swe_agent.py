@@ -21,8 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from trajforge.errors import InputError
-from trajforge.importers.base import base_name, load_json
+from trajforge.importers.base import base_name, load_json, read_one_run
 from trajforge.importers.openai_messages import message_list, text_of
 from trajforge.schema import Outcome, Source, Task, Trajectory, Usage
 
@@ -40,14 +39,7 @@ class MiniSweAgentImporter:
         return b'"messages"' in head and b'"mini-swe-agent' in head
 
     def read(self, path: Path) -> Iterator[Trajectory]:
-        data = load_json(path)
-        if not isinstance(data, dict):
-            raise InputError(str(path), "expected a JSON object")
-        try:
-            yield _to_trajectory(data, path)
-        except (ValueError, KeyError, TypeError, AttributeError) as exc:
-            problem = f"missing field {exc}" if isinstance(exc, KeyError) else str(exc)
-            raise InputError(str(path), problem.splitlines()[0], "$") from exc
+        yield read_one_run(path, _to_trajectory)
 
     def sidecars(self, path: Path) -> list[Path]:
         instance = _instance_from_path(path)

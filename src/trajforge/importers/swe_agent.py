@@ -28,8 +28,7 @@ from typing import Any
 
 import orjson
 
-from trajforge.errors import InputError
-from trajforge.importers.base import base_name, load_json, record_problem
+from trajforge.importers.base import base_name, read_one_run
 from trajforge.importers.openai_messages import message_list, text_of
 from trajforge.schema import Outcome, Source, Task, Trajectory, Usage
 
@@ -48,13 +47,7 @@ class SweAgentImporter:
         return b'"trajectory"' in head and b'"observation"' in head and b'"action"' in head
 
     def read(self, path: Path) -> Iterator[Trajectory]:
-        data = load_json(path)
-        if not isinstance(data, dict):
-            raise InputError(str(path), "expected a JSON object")
-        try:
-            yield _to_trajectory(data, path)
-        except (ValueError, KeyError, TypeError, AttributeError) as exc:
-            raise InputError(str(path), record_problem(exc), "$") from exc
+        yield read_one_run(path, _to_trajectory)
 
     def sidecars(self, path: Path) -> list[Path]:
         return []

@@ -22,8 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from trajforge.errors import InputError
-from trajforge.importers.base import load_json, record_problem
+from trajforge.importers.base import read_one_run
 from trajforge.importers.openai_messages import message_list
 from trajforge.schema import Label, Outcome, Source, Task, Trajectory
 
@@ -51,13 +50,7 @@ class WhoAndWhenImporter:
         return b'"question_ID"' in head or b'"mistake_step"' in head
 
     def read(self, path: Path) -> Iterator[Trajectory]:
-        data = load_json(path)
-        if not isinstance(data, dict):
-            raise InputError(str(path), "expected a JSON object")
-        try:
-            yield _to_trajectory(data, path)
-        except (ValueError, KeyError, TypeError, AttributeError) as exc:
-            raise InputError(str(path), record_problem(exc), "$") from exc
+        yield read_one_run(path, _to_trajectory)
 
     def sidecars(self, path: Path) -> list[Path]:
         return []
