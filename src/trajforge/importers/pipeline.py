@@ -20,11 +20,11 @@ from trajforge.store import Store
 class FileResult(BaseModel):
     """What happened to one file."""
 
-    path: str
-    format: str | None = None
-    added: int = 0
-    duplicates: int = 0
-    error: str | None = None
+    path: str = Field(description="The file, as given or found.")
+    format: str | None = Field(default=None, description="Format it was read as.")
+    added: int = Field(default=0, description="Trajectories added to the store.")
+    duplicates: int = Field(default=0, description="Trajectories already in the store.")
+    error: str | None = Field(default=None, description="Why the file failed (nothing added).")
 
 
 class SourceOverrides(BaseModel):
