@@ -98,10 +98,10 @@ class RecordingProxy:
         return JSONResponse(body, status_code=401)
 
     async def chat_completions(self, request: Request, session: str | None = None) -> Response:
-        return await self._call(request, "chat/completions", session)
+        return await self.call_endpoint(request, "chat/completions", session)
 
     async def completions(self, request: Request, session: str | None = None) -> Response:
-        return await self._call(request, "completions", session)
+        return await self.call_endpoint(request, "completions", session)
 
     async def models(self, request: Request, session: str | None = None) -> Response:
         refused = self._refused(request)
@@ -137,7 +137,10 @@ class RecordingProxy:
             stream=bool(body.get("stream")),
         )
 
-    async def _call(self, request: Request, endpoint: Endpoint, session: str | None) -> Response:
+    async def call_endpoint(
+        self, request: Request, endpoint: Endpoint, session: str | None
+    ) -> Response:
+        """Handle one completion call: forward, relay, record."""
         refused = self._refused(request)
         if refused is not None:
             return refused
@@ -273,7 +276,7 @@ class FastPath:
             await self.routes(scope, receive, send)
             return
         endpoint, session = route
-        response = await self.proxy._call(Request(scope, receive), endpoint, session)
+        response = await self.proxy.call_endpoint(Request(scope, receive), endpoint, session)
         await response(scope, receive, send)
 
 
