@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
@@ -166,3 +167,17 @@ def test_unreadable_file_in_a_folder_fails_alone(tmp_path: Path) -> None:
     assert "imported 5 trajectories" in result.stdout
     (line,) = result.stderr.strip().splitlines()
     assert line.startswith(f"error: {broken}: cannot read file")
+
+
+def test_export_command_jsonl_and_parquet(sample_db: Path, tmp_path: Path) -> None:
+    db = str(sample_db)
+    out = tmp_path / "failures.jsonl"
+    written = invoke("export", "-o", str(out), "--outcome", "failure", "--db", db)
+    assert "wrote 19 trajectories" in written
+    parquet = tmp_path / "tau.parquet"
+    invoke("export", "-o", str(parquet), "-f", "parquet", "--harness", "tau-bench", "--db", db)
+    assert pq.read_table(parquet).num_rows == 16
+    again = str(tmp_path / "again.db")
+    assert json.loads(invoke("import", str(out), "--db", again, "--json"))["imported"] == 19
+    result = CliRunner().invoke(app, ["export", "-o", str(out), "-f", "csv", "--db", db])
+    assert result.exit_code == 1 and "unknown export format 'csv'" in result.stderr
