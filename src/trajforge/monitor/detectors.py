@@ -5,8 +5,9 @@
 - `length`: logistic regression on the run's length so far (steps, tokens). Length is
   confounded with task difficulty; the learned detector must beat it, not reuse it.
 - `learned`: scikit-learn gradient boosting or logistic regression on all prefix features. The
-  estimator family is chosen by task-grouped cross-validation on the training runs, and its
-  scores are calibrated (Platt scaling) on the out-of-fold scores of that same inner CV.
+  estimator (gbm, or logistic at two regularization strengths) is chosen by task-grouped
+  cross-validation on the training runs, by mean AUROC among prefixes of equal length (10,
+  20, 30, 40 steps), and its scores are calibrated (Platt scaling) on the out-of-fold scores of that same inner CV.
 
 Every detector also carries stop thresholds (`thresholds`, by target loss) chosen on its
 training runs; the learned one chooses them on out-of-fold risks so that they hold on new runs.
@@ -48,8 +49,8 @@ class LearnedConfig(DetectorConfig):
     """Settings of the learned detector."""
 
     candidates: tuple[str, ...] = Field(
-        default=("gbm", "logistic"),
-        description="Estimator families to choose from by inner CV (gbm, logistic).",
+        default=("gbm", "logistic", "logistic-strong"),
+        description="Estimators to choose from by inner CV (gbm, logistic, logistic-strong).",
     )
     inner_folds: int = Field(default=4, description="Task-grouped folds of the inner CV.")
     seed: int = Field(default=0, description="Seed of the estimators and the inner split.")
@@ -122,8 +123,12 @@ class LengthDetector:
         return features[:, [column(name) for name in self.COLUMNS]]
 
 
+LOGISTIC_C = {"logistic": 0.1, "logistic-strong": 0.01}
+"""Logistic regression variants by inverse regularization strength."""
+
+
 def make_estimator(kind: str, seed: int) -> Any:
-    """An unfitted estimator of a family: `gbm` or `logistic`."""
+    """An unfitted estimator: `gbm`, `logistic` or `logistic-strong`."""
     if kind == "gbm":
         return HistGradientBoostingClassifier(
             max_iter=100,
@@ -133,8 +138,11 @@ def make_estimator(kind: str, seed: int) -> Any:
             l2_regularization=1.0,
             random_state=seed,
         )
-    if kind == "logistic":
-        return make_pipeline(StandardScaler(), LogisticRegression(C=0.1, max_iter=2000))
+    if kind.startswith("logistic"):
+        strength = LOGISTIC_C.get(kind)
+        if strength is None:
+            raise ValueError(f"unknown estimator family '{kind}' ({', '.join(LOGISTIC_C)})")
+        return make_pipeline(StandardScaler(), LogisticRegression(C=strength, max_iter=2000))
     raise ValueError(f"unknown estimator family '{kind}' (gbm, logistic)")
 
 
@@ -159,7 +167,10 @@ class LearnedDetector:
         x, y, groups = training_rows(runs)
         splits = list(group_folds(groups, self.config.inner_folds, self.config.seed))
         scores = {kind: self._out_of_fold(kind, x, y, splits) for kind in self.config.candidates}
-        self.inner_auroc = {kind: float(roc_auc_score(y, s)) for kind, s in scores.items()}
+        step_of_row = x[:, column("steps")]
+        self.inner_auroc = {
+            kind: within_step_auroc(y, s, step_of_row) for kind, s in scores.items()
+        }
         self.kind = max(self.inner_auroc, key=self.inner_auroc.__getitem__)
         self.calibrator = LogisticRegression().fit(_logit(scores[self.kind])[:, None], y)
         self.model = make_estimator(self.kind, self.config.seed).fit(x, y)
@@ -176,6 +187,20 @@ class LearnedDetector:
     def risk(self, features: np.ndarray) -> np.ndarray:
         raw = self.model.predict_proba(features)[:, 1]
         return self.calibrator.predict_proba(_logit(raw)[:, None])[:, 1]
+
+
+SELECTION_STEPS = (10, 20, 30, 40)
+
+
+def within_step_auroc(y: np.ndarray, scores: np.ndarray, steps: np.ndarray) -> float:
+    """Mean AUROC among prefixes of equal length (steps 10, 20, 30, 40): how well a score
+    ranks runs that are equally far along, which is what the monitor is judged on."""
+    values = []
+    for step in SELECTION_STEPS:
+        mask = steps == step
+        if len(set(y[mask])) == 2:
+            values.append(roc_auc_score(y[mask], scores[mask]))
+    return float(np.mean(values)) if values else float(roc_auc_score(y, scores))
 
 
 def _logit(p: np.ndarray) -> np.ndarray:
