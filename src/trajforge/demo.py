@@ -77,6 +77,7 @@ STEPS: list[tuple[str, DemoStep | str]] = [
     ("Error-to-training: diagnose failures, write views", "trajforge.diagnose.demo:demo_step"),
     ("Rollouts with unreliable tools, and robustness", "trajforge.rollout.demo:demo_step"),
     ("Replay stored runs, fork a failed tau run, hand off", "trajforge.envs.tau.demo:demo_step"),
+    ("Early failure detection: train a monitor, score a run", "trajforge.monitor.demo:demo_step"),
 ]
 
 _STEP_PATHS: Registry[DemoStep] = Registry("demo step")
