@@ -29,12 +29,13 @@ def demo_step(ctx) -> None:
         f"{detector.kind} chosen by inner CV; model file {path}"
     )
     failed = next(t for t in trajs if t.source.harness == HARNESSES[0] and not t.success)
-    ctx.console.print(_curve_table(failed.id, risk_curve(failed, detector)))
+    ctx.console.print(f"failure risk of failed run {failed.id[:12]} (every 5th step):")
+    ctx.console.print(_curve_table(risk_curve(failed, detector)))
     ctx.results["monitor"] = {"model": path, "runs": len(runs)}
 
 
-def _curve_table(traj_id: str, curve: list[tuple[int, float]]) -> Table:
-    table = Table(title=f"failure risk of failed run {traj_id[:12]} (every 5th step)")
+def _curve_table(curve: list[tuple[int, float]]) -> Table:
+    table = Table()
     table.add_column("step")
     table.add_column("message")
     table.add_column("risk")

@@ -7,7 +7,8 @@
 - `learned`: scikit-learn gradient boosting or logistic regression on all prefix features. The
   estimator (gbm, or logistic at two regularization strengths) is chosen by task-grouped
   cross-validation on the training runs, by mean AUROC among prefixes of equal length (10,
-  20, 30, 40 steps), and its scores are calibrated (Platt scaling) on the out-of-fold scores of that same inner CV.
+  20, 30, 40 steps), and its scores are calibrated (Platt scaling) on the out-of-fold scores
+  of that same inner CV.
 
 Every detector also carries stop thresholds (`thresholds`, by target loss) chosen on its
 training runs; the learned one chooses them on out-of-fold risks so that they hold on new runs.
