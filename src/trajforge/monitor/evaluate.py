@@ -69,13 +69,15 @@ def cross_validate(
     if len(set(groups)) < folds:
         raise UserError(f"cross-validation needs at least {folds} tasks, got {len(set(groups))}")
     scored: list[Scored] = []
-    name = ""
+    name, chosen = "", []
     for fold, (train, test) in enumerate(group_folds(groups, folds, seed)):
         detector = make()
         detector.fit([runs[i] for i in train])
         name = detector.name
+        chosen.append(getattr(detector, "kind", None) or detector.name)
         scored.extend(_score(detector, [runs[i] for i in test], fold))
-    return Evaluation(detector=name, scored=scored, details={"folds": folds, "seed": seed})
+    details = {"folds": folds, "seed": seed, "fold_estimators": chosen}
+    return Evaluation(detector=name, scored=scored, details=details)
 
 
 def evaluate_detector(detector: Detector, runs: list[RunFeatures]) -> Evaluation:
