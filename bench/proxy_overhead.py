@@ -92,8 +92,13 @@ def start_litellm(upstream: str, workdir: Path) -> tuple[subprocess.Popen, str]:
         "litellm_settings:\n"
         "  telemetry: false\n"
     )
+    quiet = workdir / "litellm-logging.json"  # no access log, like the trajforge proxy
+    quiet.write_text(
+        '{"version": 1, "disable_existing_loggers": false,'
+        ' "loggers": {"uvicorn.access": {"level": "WARNING"}}}'
+    )
     command = [str(litellm_executable()), "--config", str(config), "--port", str(port)]
-    command += ["--host", "127.0.0.1", "--num_workers", "1"]
+    command += ["--host", "127.0.0.1", "--num_workers", "1", "--log_config", str(quiet)]
     process = start(command, f"http://127.0.0.1:{port}/health/liveliness", workdir / "litellm.log")
     return process, f"http://127.0.0.1:{port}"
 
