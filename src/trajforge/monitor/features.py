@@ -16,12 +16,13 @@ import re
 from collections import Counter
 
 import numpy as np
+from sklearn.feature_extraction.text import HashingVectorizer
 
 from trajforge.monitor.actions import Action
 from trajforge.monitor.steps import Step, extract_steps, step_tokens
 from trajforge.schema import Trajectory
 
-FEATURE_VERSION = "prefix-v2"
+FEATURE_VERSION = "prefix-v3"
 
 HEDGES = (
     "maybe",
@@ -357,6 +358,17 @@ def _overlaps(a: tuple[str, int, int], b: tuple[str, int, int]) -> bool:
     return a[0] == b[0] and a[1] <= b[2] and b[1] <= a[2]
 
 
+TEXT_DIMS = 128
+"""Width of the hashed bag of words of the agent's own text (visible text and reasoning)."""
+_TEXT_HASHER = HashingVectorizer(
+    n_features=TEXT_DIMS,
+    alternate_sign=False,
+    norm=None,
+    lowercase=True,
+    token_pattern=r"(?u)\b[a-z][a-z']{2,}\b",
+)
+
+
 @functools.cache
 def feature_names() -> tuple[str, ...]:
     """The feature names, in vector order."""
@@ -364,14 +376,30 @@ def feature_names() -> tuple[str, ...]:
     state.update(
         Step(index=0, end=1, text="", reasoning="", actions=[], observation="", error=False)
     )
-    return tuple(state.vector())
+    return (*state.vector(), *(f"text_hash_{i}" for i in range(TEXT_DIMS)))
 
 
 def prefix_features(traj: Trajectory, steps: list[Step] | None = None) -> np.ndarray:
     """A (steps, features) matrix: row k-1 describes the prefix after step k."""
+    steps = steps if steps is not None else extract_steps(traj)
     state = PrefixState(traj.task.instruction)
     rows = []
-    for step in steps if steps is not None else extract_steps(traj):
+    for step in steps:
         state.update(step)
         rows.append(list(state.vector().values()))
-    return np.asarray(rows, dtype=float).reshape(len(rows), len(feature_names()))
+    counts = np.asarray(rows, dtype=float).reshape(len(rows), -1)
+    return np.hstack([counts, text_profile(steps)])
+
+
+def text_profile(steps: list[Step]) -> np.ndarray:
+    """(steps, TEXT_DIMS): the agent's words so far, hashed, log-scaled and L2-normalized.
+
+    A fixed transform (nothing is fitted), so it is part of the feature version; the row for
+    step k sums the words of steps 1..k only.
+    """
+    if not steps:
+        return np.zeros((0, TEXT_DIMS))
+    hashed = _TEXT_HASHER.transform([f"{s.text}\n{s.reasoning}" for s in steps]).toarray()
+    profile = np.log1p(np.cumsum(hashed, axis=0))
+    norms = np.linalg.norm(profile, axis=1, keepdims=True)
+    return profile / np.maximum(norms, 1e-9)
