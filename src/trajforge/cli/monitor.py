@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
@@ -22,18 +22,14 @@ from trajforge.cli.common import (
     print_json,
 )
 from trajforge.errors import UserError
-from trajforge.monitor import (
-    DETECTORS,
-    RunFeatures,
-    cross_validate,
-    evaluate_detector,
-    featurize_runs,
-    load_detector,
-    risk_curve,
-    save_detector,
-)
-from trajforge.monitor.detectors import Detector, RuleDetector
 from trajforge.schema import Trajectory
+
+if TYPE_CHECKING:
+    from trajforge.monitor import RunFeatures
+    from trajforge.monitor.detectors import Detector
+
+# trajforge.monitor loads scikit-learn (seconds); commands import it when they run, so the
+# rest of the CLI starts fast.
 
 app = typer.Typer(help="Score run prefixes for failure risk and stop doomed runs early.")
 
@@ -50,6 +46,8 @@ AgentModelOption = Annotated[
 
 
 def _runs(db, harness, agent_model, env, task, limit) -> list[RunFeatures]:
+    from trajforge.monitor import featurize_runs
+
     flt = make_filter(harness, agent_model, env, task, None, limit)
     with open_store(db) as store:
         runs = featurize_runs(store.query(flt))
@@ -70,6 +68,8 @@ def train_command(
     json_out: JsonOption = False,
 ) -> None:
     """Train a detector on the selected runs (all of them) and save it."""
+    from trajforge.monitor import DETECTORS, save_detector
+
     runs = _runs(db, harness, agent_model, env, task, limit)
     trained: Detector = DETECTORS.get(detector)()
     trained.fit(runs)
@@ -106,6 +106,8 @@ def eval_command(
     json_out: JsonOption = False,
 ) -> None:
     """Evaluate a model file on the selected runs, or cross-validate by task without one."""
+    from trajforge.monitor import DETECTORS, cross_validate, evaluate_detector, load_detector
+
     runs = _runs(db, harness, agent_model, env, task, limit)
     if model_file is not None:
         summary = evaluate_detector(load_detector(model_file), runs).summary(bootstrap, seed)
@@ -149,6 +151,8 @@ def score_command(
     json_out: JsonOption = False,
 ) -> None:
     """Failure risk after every step of one run (rule baseline unless --model is given)."""
+    from trajforge.monitor import RuleDetector, load_detector, risk_curve
+
     detector = load_detector(model_file) if model_file else RuleDetector()
     with open_store(db) as store:
         traj = store.get(traj_id)
@@ -175,6 +179,8 @@ def _print_curve(traj: Trajectory, detector: Detector, curve: list[tuple[int, fl
 
 def render_risk(traj: Trajectory, model_file: Path) -> None:
     """Print the risk curve of `traj` under a model file (used by `show --risk`)."""
+    from trajforge.monitor import load_detector, risk_curve
+
     detector = load_detector(model_file)
     _print_curve(traj, detector, risk_curve(traj, detector))
 
