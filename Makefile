@@ -6,7 +6,7 @@ VENV := .venv
 STAMP := $(VENV)/.installed
 EXTRAS ?= dev,train,ray
 
-.PHONY: demo test lint format bench clean
+.PHONY: demo test lint format bench clean system-deps
 
 $(STAMP): pyproject.toml
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
@@ -17,7 +17,15 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(VENV)/bin/python -m trajforge.demo
 
-test: $(STAMP)
+# The swe environment sandboxes commands with bubblewrap; install it where we can (root with
+# apt-get), otherwise the sandbox falls back to unshare and says so.
+system-deps:
+	@command -v bwrap >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    apt-get update -qq && apt-get install -y -qq bubblewrap >/dev/null; \
+	  else echo "note: bubblewrap not found; install it for the swe sandbox (apt-get install bubblewrap)"; fi; }
+
+test: $(STAMP) system-deps
 	$(VENV)/bin/ruff check src tests bench
 	$(VENV)/bin/ruff format --check src tests bench
 	$(VENV)/bin/python -m pytest
