@@ -82,7 +82,8 @@ def test_eval_reports_accuracy_beside_baselines(db: Path) -> None:
 
 
 def test_views_command_writes_loadable_files(db: Path, tmp_path: Path) -> None:
-    assert _invoke("diagnose", "--db", str(db), "--env", "tau-retail")[0] == 0
+    for env in ("tau-retail", "who-and-when"):
+        assert _invoke("diagnose", "--db", str(db), "--env", env)[0] == 0
     code, out = _invoke(
         "diagnose", "views", "--db", str(db), "--out", str(tmp_path), "--all", "--json"
     )

@@ -24,6 +24,7 @@ from pydantic import BaseModel, Field
 from trajforge.diagnose.forking import tool_schemas
 from trajforge.diagnose.model import Diagnosis
 from trajforge.diagnose.taxonomy import taxonomy_text
+from trajforge.models.openai_compat import message_to_openai
 from trajforge.schema import Message, Trajectory
 
 DIAGNOSIS_FILE = "diagnosis.jsonl"
@@ -45,18 +46,8 @@ class ViewsConfig(BaseModel):
 
 
 def chat_message(message: Message) -> dict[str, Any]:
-    """A message as an OpenAI chat dict with string content."""
-    data: dict[str, Any] = {"role": message.role, "content": message.text()}
-    if message.name:
-        data["name"] = message.name
-    if message.tool_calls:
-        data["tool_calls"] = [
-            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
-            for c in message.tool_calls
-        ]
-    if message.tool_call_id:
-        data["tool_call_id"] = message.tool_call_id
-    return data
+    """A message as an OpenAI chat dict with string content (what SFT trainers expect)."""
+    return message_to_openai(message) | {"content": message.text()}
 
 
 def transcript(messages: list[Message], max_chars: int) -> str:
