@@ -8,8 +8,10 @@ import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import NamedTuple
 
 from pydantic import BaseModel
+from pydantic_core import to_json
 
 from trajforge.errors import UserError
 from trajforge.schema import FORMAT_VERSION, Trajectory
@@ -24,6 +26,7 @@ _COLUMNS = (
     "n_messages, n_steps, total_tokens, parent_id, fork_index, format, source_file, "
     "created_at, doc"
 )
+_N_ROW_VALUES = len(_COLUMNS.split(",")) - 2  # all but created_at and doc
 
 
 class TrajectoryRow(BaseModel):
@@ -50,7 +53,35 @@ def default_db_path() -> Path:
     return Path(os.environ.get(DB_ENV_VAR) or DEFAULT_DB)
 
 
-def _row_values(traj: Trajectory, now: float, document: bytes | None = None) -> tuple:
+class EncodedTrajectory(NamedTuple):
+    """A validated trajectory, serialized for the store: its row values and JSON document.
+
+    Made by `encode()` from a `Trajectory` (a model pydantic has validated), so
+    `Store.add_encoded` inserts it without parsing the document again. Small and cheap to
+    pickle: a Ray worker returns it instead of a document the driver would validate again.
+    """
+
+    row: tuple = ()
+    """Values of the indexed columns, in `_COLUMNS` order, without `created_at` and `doc`."""
+    document: bytes = b""
+    """The JSON document, `id` included."""
+
+    @property
+    def id(self) -> str:
+        return self.row[0]
+
+    def decode(self) -> Trajectory:
+        """The trajectory again (validating the document)."""
+        return _decode(self.document)
+
+
+def encode(traj: Trajectory) -> EncodedTrajectory:
+    """Serialize once: sets `traj.id` to its content id when empty (as `Store.add` does)."""
+    traj.id, document = traj.identified_document()
+    return EncodedTrajectory(_row_values(traj), document)
+
+
+def _row_values(traj: Trajectory) -> tuple:
     total = traj.usage.total_tokens
     if total is None and traj.usage.prompt_tokens is not None:
         total = traj.usage.prompt_tokens + (traj.usage.completion_tokens or 0)
@@ -73,9 +104,19 @@ def _row_values(traj: Trajectory, now: float, document: bytes | None = None) -> 
         parent.message_index if parent else None,
         traj.source.format,
         traj.source.file,
-        now,
-        document if document is not None else traj.__pydantic_serializer__.to_json(traj),
     )
+
+
+def _checked(encoded: EncodedTrajectory) -> EncodedTrajectory:
+    """Refuse an encoded trajectory whose document does not open with its row's identity."""
+    row, document = encoded
+    if len(row) != _N_ROW_VALUES or not isinstance(row[1], int) or not isinstance(document, bytes):
+        raise ValueError("not an encoded trajectory (use trajforge.store.encode)")
+    traj_id, version = row[0], row[1]
+    head = b'{"format_version":%d,"id":%s,' % (version, to_json(traj_id))
+    if not traj_id or version > FORMAT_VERSION or not document.startswith(head):
+        raise ValueError(f"encoded trajectory {traj_id!r}: document does not match its row")
+    return encoded
 
 
 class Store:
@@ -129,11 +170,16 @@ class Store:
 
     def add(self, traj: Trajectory) -> bool:
         """Insert unless a trajectory with the same id exists; True when inserted."""
-        traj.id, document = traj.identified_document()  # one serialization for id and doc
+        return self.add_encoded(encode(traj))
+
+    def add_encoded(self, encoded: EncodedTrajectory) -> bool:
+        """`add` for a trajectory already serialized by `encode()`: the document is stored
+        as it is, not parsed again (only checked to open with the row's id and version)."""
+        _checked(encoded)
         with self.transaction():
             cursor = self.db.execute(
                 f"INSERT OR IGNORE INTO trajectories ({_COLUMNS}) VALUES ({_placeholders()})",
-                _row_values(traj, time.time(), document),
+                (*encoded.row, time.time(), encoded.document),
             )
         return cursor.rowcount == 1
 
@@ -155,7 +201,7 @@ class Store:
         with self.transaction():
             self.db.execute(
                 f"INSERT OR REPLACE INTO trajectories ({_COLUMNS}) VALUES ({_placeholders()})",
-                _row_values(traj, time.time()),
+                (*_row_values(traj), time.time(), _to_json(traj)),
             )
 
     def delete(self, traj_id: str) -> None:
@@ -207,6 +253,10 @@ class Store:
         if flt.limit is not None:
             sql += f" LIMIT {int(flt.limit)}"
         return sql, params
+
+
+def _to_json(traj: Trajectory) -> bytes:
+    return traj.__pydantic_serializer__.to_json(traj)
 
 
 def _placeholders() -> str:
