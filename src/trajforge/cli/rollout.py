@@ -17,7 +17,13 @@ from trajforge.generate.rft import RFTConfig, select, totals, write_sft
 from trajforge.rollout.backends import BACKENDS
 from trajforge.rollout.episode import Limits
 from trajforge.rollout.factory import PolicyOptions, make_env, make_policy
-from trajforge.rollout.runner import BatchSummary, Progress, RolloutConfig, run_batch
+from trajforge.rollout.runner import (
+    BatchSummary,
+    FinishedEpisode,
+    Progress,
+    RolloutConfig,
+    run_episodes,
+)
 from trajforge.rollout.tasks import select_tasks
 from trajforge.schema import Trajectory
 
@@ -88,10 +94,10 @@ class LiveProgress(Progress):
     def running(self, count: int) -> None:
         self.bar.update(self.task_id, running=count)
 
-    def done(self, traj: Trajectory) -> None:
+    def done(self, episode: FinishedEpisode) -> None:
         self.finished += 1
-        self.successes += bool(traj.outcome.success)
-        self.tokens += traj.usage.total_tokens or 0
+        self.successes += bool(episode.success)
+        self.tokens += episode.tokens
         rate = f"{self.successes / self.finished:.0%}"
         self.bar.update(self.task_id, advance=1, rate=rate, tokens=self.tokens)
 
@@ -128,17 +134,17 @@ def build_config(
 
 def execute(
     config: RolloutConfig, db: Path | None, backend: str, concurrency: int, show: bool
-) -> tuple[BatchSummary, list[Trajectory]]:
+) -> tuple[BatchSummary, list[FinishedEpisode]]:
     """Run a batch into the store, with a live bar when `show`."""
     run_on = BACKENDS.get(backend)
     with open_store(db, must_exist=False) as store:
         if not show:
-            return run_batch(config, store, run_on, concurrency)
+            return run_episodes(config, store, run_on, concurrency)
         title = f"{config.env} · {config.policy}" + (
             f" · {','.join(config.faults)}" if config.faults else ""
         )
         with LiveProgress(title) as live:
-            return run_batch(config, store, run_on, concurrency, live)
+            return run_episodes(config, store, run_on, concurrency, live)
 
 
 def rollout_command(
@@ -224,7 +230,8 @@ def rft_command(
     )
     limits = Limits(max_steps=max_steps)
     config = build_config(env, tasks, policy, k, None, seed, limits, options, run="rft")
-    _, trajs = execute(config, db, backend, concurrency, show=not json_out)
+    _, episodes = execute(config, db, backend, concurrency, show=not json_out)
+    trajs = [episode.trajectory() for episode in episodes]
     kept, report = select(trajs, env, RFTConfig(similarity=similarity))
     data = write_sft(kept, report, out)
     summary = {"out": str(data), **totals(report), "tasks": [r.model_dump() for r in report]}
@@ -283,7 +290,8 @@ def robustness_command(
     for condition in [BASELINE, *conditions]:
         spec = [] if condition == BASELINE else [condition]
         config = base.model_copy(update={"faults": spec})
-        runs[condition] = execute(config, db, backend, concurrency, show=not json_out)[1]
+        episodes = execute(config, db, backend, concurrency, show=not json_out)[1]
+        runs[condition] = [episode.trajectory() for episode in episodes]
     reports = robustness_report(runs)
     if json_out:
         print_json([r.model_dump(mode="json") for r in reports])

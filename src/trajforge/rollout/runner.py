@@ -7,8 +7,11 @@ the store and skips finished episodes, so re-running a command resumes it. An ep
 crashed (termination reason `error`) is run again and its record replaced.
 
 `run_episode_spec` is the whole life of one episode; backends (`local`, `ray`) only decide
-where it runs. Episodes are seeded from (batch seed, task id, sample index), so the result
-does not depend on the backend or on the order in which episodes finish.
+where it runs. They return each episode as a `FinishedEpisode`: the trajectory serialized
+where it ran (`store.encode`) plus the few fields the summary and the progress bar need, so
+the process that stores it does not parse and validate the document again. Episodes are
+seeded from (batch seed, task id, sample index), so the result does not depend on the
+backend or on the order in which episodes finish.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import time
 import traceback
 from collections import Counter
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 from pydantic import BaseModel, Field
@@ -34,7 +37,7 @@ from trajforge.rollout.factory import (
     open_conversation,
 )
 from trajforge.schema import Outcome, Source, Task, Trajectory
-from trajforge.store import Store
+from trajforge.store import EncodedTrajectory, Store, encode
 
 HARNESS = "trajforge"
 
@@ -122,6 +125,44 @@ def run_episode_spec(spec: EpisodeSpec) -> Trajectory:
     return traj.with_id()
 
 
+class FinishedEpisode(NamedTuple):
+    """A finished episode as backends return it: the encoded trajectory and its summary."""
+
+    encoded: EncodedTrajectory
+    """Row values and JSON document, ready for `Store.add_encoded`."""
+    episode_key: str
+    """The episode key (`EpisodeSpec.key()`)."""
+    success: bool | None
+    """Outcome success."""
+    termination_reason: str | None
+    """Why the episode ended."""
+    tokens: int
+    """Model tokens used."""
+    fault_kinds: tuple[str, ...]
+    """Kind of each injected fault, in order."""
+
+    @classmethod
+    def of(cls, traj: Trajectory) -> FinishedEpisode:
+        """Serialize `traj` once (setting its content id) and keep its summary."""
+        return cls(
+            encoded=encode(traj),
+            episode_key=traj.metadata["episode_key"],
+            success=traj.outcome.success,
+            termination_reason=traj.outcome.termination_reason,
+            tokens=traj.usage.total_tokens or 0,
+            fault_kinds=tuple(f.kind for f in traj.faults),
+        )
+
+    def trajectory(self) -> Trajectory:
+        """The trajectory (validating the document)."""
+        return self.encoded.decode()
+
+
+def run_and_encode(spec: EpisodeSpec) -> FinishedEpisode:
+    """`run_episode_spec`, serialized where it ran."""
+    return FinishedEpisode.of(run_episode_spec(spec))
+
+
 def _setup_failure(spec: EpisodeSpec, source: Source, exc: Exception, wall: float) -> Trajectory:
     traj = Trajectory(task=spec.task, source=source)
     traj.metadata["error"] = "".join(traceback.format_exception_only(exc)).strip()
@@ -166,21 +207,23 @@ class BatchSummary(BaseModel):
     wall_s: float = Field(description="Seconds this call took.")
 
 
-def summarize(trajs: Iterable[Trajectory], ran: int, skipped: int, wall: float) -> BatchSummary:
-    trajs = list(trajs)
-    kinds = Counter(f.kind for t in trajs for f in t.faults)
-    successes = sum(1 for t in trajs if t.outcome.success)
+def summarize(
+    episodes: Iterable[FinishedEpisode], ran: int, skipped: int, wall: float
+) -> BatchSummary:
+    episodes = list(episodes)
+    kinds = Counter(kind for e in episodes for kind in e.fault_kinds)
+    successes = sum(1 for e in episodes if e.success)
     return BatchSummary(
-        episodes=len(trajs),
+        episodes=len(episodes),
         ran=ran,
         skipped=skipped,
         successes=successes,
-        success_rate=round(successes / len(trajs), 4) if trajs else 0.0,
-        errors=sum(1 for t in trajs if t.outcome.termination_reason == "error"),
+        success_rate=round(successes / len(episodes), 4) if episodes else 0.0,
+        errors=sum(1 for e in episodes if e.termination_reason == "error"),
         faults_injected=sum(kinds.values()),
         faults_by_kind=dict(sorted(kinds.items())),
-        tokens=sum(t.usage.total_tokens or 0 for t in trajs),
-        termination=dict(Counter(t.outcome.termination_reason or "?" for t in trajs)),
+        tokens=sum(e.tokens for e in episodes),
+        termination=dict(Counter(e.termination_reason or "?" for e in episodes)),
         wall_s=round(wall, 3),
     )
 
@@ -204,10 +247,10 @@ class Progress:
 
     def running(self, count: int) -> None: ...
 
-    def done(self, traj: Trajectory) -> None: ...
+    def done(self, episode: FinishedEpisode) -> None: ...
 
 
-Backend = Callable[[list[EpisodeSpec], int, Progress], Iterable[Trajectory]]
+Backend = Callable[[list[EpisodeSpec], int, Progress], Iterable[FinishedEpisode]]
 
 
 def run_batch(
@@ -217,7 +260,22 @@ def run_batch(
     concurrency: int = 1,
     progress: Progress | None = None,
 ) -> tuple[BatchSummary, list[Trajectory]]:
-    """Run the unfinished episodes of `config` on `backend`; store each as it finishes."""
+    """`run_episodes`, with the batch's trajectories decoded (earlier ones first)."""
+    summary, episodes = run_episodes(config, store, backend, concurrency, progress)
+    return summary, [e.trajectory() for e in episodes]
+
+
+def run_episodes(
+    config: RolloutConfig,
+    store: Store,
+    backend: Backend,
+    concurrency: int = 1,
+    progress: Progress | None = None,
+) -> tuple[BatchSummary, list[FinishedEpisode]]:
+    """Run the unfinished episodes of `config` on `backend`; store each as it finishes.
+
+    Returns the summary and the batch's episodes, those found in the store first.
+    """
     started = time.time()
     progress = progress or Progress()
     specs = config.specs()
@@ -225,19 +283,21 @@ def run_batch(
     finished = {k: v for k, v in stored.items() if v[1] != "error"}
     todo = [s for s in specs if s.key() not in finished]
     progress.start(len(specs), len(specs) - len(todo))
-    fresh: list[Trajectory] = []
-    for traj in backend(todo, concurrency, progress):
-        _save(store, traj, stored.get(traj.metadata["episode_key"]))
-        fresh.append(traj)
-        progress.done(traj)
-    earlier = [store.get(finished[s.key()][0]) for s in specs if s.key() in finished]
-    trajs = earlier + fresh
-    summary = summarize(trajs, ran=len(fresh), skipped=len(earlier), wall=time.time() - started)
-    return summary, trajs
+    fresh: list[FinishedEpisode] = []
+    for episode in backend(todo, concurrency, progress):
+        _save(store, episode, stored.get(episode.episode_key))
+        fresh.append(episode)
+        progress.done(episode)
+    earlier = [
+        FinishedEpisode.of(store.get(finished[s.key()][0])) for s in specs if s.key() in finished
+    ]
+    episodes = earlier + fresh
+    summary = summarize(episodes, ran=len(fresh), skipped=len(earlier), wall=time.time() - started)
+    return summary, episodes
 
 
-def _save(store: Store, traj: Trajectory, old: tuple[str, str | None] | None) -> None:
+def _save(store: Store, episode: FinishedEpisode, old: tuple[str, str | None] | None) -> None:
     with store.transaction():
-        if old is not None and old[0] != traj.id:
+        if old is not None and old[0] != episode.encoded.id:
             store.delete(old[0])
-        store.add(traj)
+        store.add_encoded(episode.encoded)

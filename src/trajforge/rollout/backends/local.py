@@ -6,8 +6,7 @@ import threading
 from collections.abc import Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 
-from trajforge.rollout.runner import EpisodeSpec, Progress, run_episode_spec
-from trajforge.schema import Trajectory
+from trajforge.rollout.runner import EpisodeSpec, FinishedEpisode, Progress, run_and_encode
 
 
 class _Running:
@@ -18,10 +17,10 @@ class _Running:
         self.count = 0
         self.lock = threading.Lock()
 
-    def run(self, spec: EpisodeSpec) -> Trajectory:
+    def run(self, spec: EpisodeSpec) -> FinishedEpisode:
         self._add(1)
         try:
-            return run_episode_spec(spec)
+            return run_and_encode(spec)
         finally:
             self._add(-1)
 
@@ -33,7 +32,7 @@ class _Running:
 
 def run_local(
     specs: list[EpisodeSpec], concurrency: int, progress: Progress
-) -> Iterator[Trajectory]:
+) -> Iterator[FinishedEpisode]:
     """Run on `concurrency` threads (in this thread when 1); yield in completion order."""
     running = _Running(progress)
     if concurrency <= 1:

@@ -1,8 +1,10 @@
 """The Ray backend: episodes as Ray tasks, in chunks to keep scheduling overhead low.
 
 Uses the running Ray session when there is one, else connects to `$RAY_ADDRESS`, else
-starts a local Ray with `concurrency` CPUs. Specs travel as JSON and trajectories come back
-as JSON, so workers need only trajforge installed.
+starts a local Ray with `concurrency` CPUs. Specs travel as JSON; each episode comes back as
+a `FinishedEpisode` (the trajectory's JSON document, serialized by the worker from the
+validated model, and its row and summary values), which the driver stores without parsing
+the document again. Workers need only trajforge installed.
 """
 
 from __future__ import annotations
@@ -12,15 +14,13 @@ import os
 from collections.abc import Iterator
 
 from trajforge.errors import UserError
-from trajforge.rollout.runner import EpisodeSpec, Progress, run_episode_spec
-from trajforge.schema import Trajectory
+from trajforge.rollout.runner import EpisodeSpec, FinishedEpisode, Progress, run_and_encode
 
 CHUNKS_PER_WORKER = 4
 
 
-def _run_chunk(payloads: list[bytes]) -> list[bytes]:
-    specs = [EpisodeSpec.model_validate_json(p) for p in payloads]
-    return [run_episode_spec(spec).model_dump_json().encode() for spec in specs]
+def _run_chunk(payloads: list[bytes]) -> list[FinishedEpisode]:
+    return [run_and_encode(EpisodeSpec.model_validate_json(p)) for p in payloads]
 
 
 def _ray(concurrency: int):
@@ -42,11 +42,13 @@ def chunked(specs: list[EpisodeSpec], concurrency: int) -> list[list[EpisodeSpec
     return [specs[i : i + size] for i in range(0, len(specs), size)]
 
 
-def run_ray(specs: list[EpisodeSpec], concurrency: int, progress: Progress) -> Iterator[Trajectory]:
+def run_ray(
+    specs: list[EpisodeSpec], concurrency: int, progress: Progress
+) -> Iterator[FinishedEpisode]:
     """Keep `concurrency` chunks running; yield trajectories as chunks finish.
 
-    A finished chunk is replaced before its trajectories are decoded and stored, so the
-    workers run while the driver works.
+    A finished chunk is replaced before its episodes are stored, so the workers run while
+    the driver works.
     """
     if not specs:
         return
@@ -66,5 +68,4 @@ def run_ray(specs: list[EpisodeSpec], concurrency: int, progress: Progress) -> I
         ready, _ = ray.wait(list(active), num_returns=1)
         active.pop(ready[0])
         top_up()
-        for payload in ray.get(ready[0]):
-            yield Trajectory.model_validate_json(payload)
+        yield from ray.get(ready[0])
