@@ -166,3 +166,17 @@ def test_upstream_that_refuses_token_ids_is_asked_without_them(tmp_path: Path) -
     calls = Store(db).get(trajectory_id("default")).llm_calls
     assert [c.error for c in calls] == [None, None]
     assert all(c.logprobs for c in calls)
+
+
+def test_restarted_upstream_is_reached_on_a_fresh_connection(tmp_path: Path, free_port) -> None:
+    port = free_port()
+    first = MockOpenAIServer(["before"], port=port).start()
+    with ProxyServer(ProxyConfig(upstream=first.base_url), tmp_path / "p.db") as proxy:
+        url = f"{proxy.base_url}/chat/completions"
+        before = httpx.post(url, json=REQUEST)
+        first.stop()  # closes the proxy's pooled keep-alive connection
+        with MockOpenAIServer(["after"], port=port):
+            after = httpx.post(url, json=REQUEST)
+    assert before.json()["choices"][0]["message"]["content"] == "before"
+    assert after.status_code == 200
+    assert after.json()["choices"][0]["message"]["content"] == "after"

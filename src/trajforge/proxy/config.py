@@ -42,7 +42,10 @@ class ProxyConfig(BaseModel):
         description="Key sent upstream; when unset the client's Authorization is forwarded "
         "(unless `token` is set, which the upstream never sees).",
     )
-    timeout_s: float = Field(default=600.0, description="Seconds before an upstream call fails.")
+    timeout_s: float = Field(
+        default=600.0,
+        description="Seconds allowed for connecting to the upstream and for each read from it.",
+    )
     ask_logprobs: bool = Field(
         default=True, description="Ask the upstream for logprobs even when the client did not."
     )

@@ -12,15 +12,14 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
-import httpx
+import aiohttp
 import orjson
 from fastapi.responses import StreamingResponse
 
 from trajforge.proxy.capture import StreamAssembly, Tokens, tokens_of
-from trajforge.proxy.http11 import RawResponse
 from trajforge.proxy.record import UpstreamFault
 from trajforge.proxy.shaping import ClientAsked, for_client
-from trajforge.proxy.upstream import UpstreamError, observed, transport_error
+from trajforge.proxy.upstream import TRANSPORT_ERRORS, UpstreamError, observed, transport_error
 
 if TYPE_CHECKING:
     from trajforge.proxy.app import CallContext, RecordingProxy
@@ -47,7 +46,7 @@ def _decode(line: bytes) -> dict | None:
 
 
 async def _chunk_batches(
-    response: httpx.Response | RawResponse, timeout_s: float
+    response: aiohttp.ClientResponse, timeout_s: float
 ) -> AsyncIterator[list[dict]]:
     """The decoded chunks of each network read, until `[DONE]`.
 
@@ -56,7 +55,7 @@ async def _chunk_batches(
     """
     pending = b""
     try:
-        async for raw in response.aiter_bytes():
+        async for raw in response.content.iter_any():
             *lines, pending = (pending + raw).split(b"\n")
             batch = []
             for line in lines:
@@ -68,7 +67,7 @@ async def _chunk_batches(
                     batch.append(chunk)
             if batch:
                 yield batch
-    except httpx.HTTPError as exc:
+    except TRANSPORT_ERRORS as exc:
         raise transport_error(exc, timeout_s) from exc
     raise observed(502, "upstream_truncated", "upstream stream ended without [DONE]")
 
@@ -80,7 +79,7 @@ class StreamRelay:
         self,
         proxy: RecordingProxy,
         context: CallContext,
-        response: httpx.Response | RawResponse,
+        response: aiohttp.ClientResponse,
         asked: ClientAsked,
         truncate: bool,
     ) -> None:
@@ -101,7 +100,7 @@ class StreamRelay:
                 self.finished = True
                 call = self.proxy.captured(self.context, 499, *self._answer(), "client left")
                 self.proxy.recorder.submit(call)
-            await self.response.aclose()
+            self.response.release()  # back to the pool, or closed if unfinished
 
     async def _forward(self) -> AsyncIterator[bytes]:
         held: list[bytes] = []
@@ -150,7 +149,7 @@ class StreamRelay:
 def relay_stream(
     proxy: RecordingProxy,
     context: CallContext,
-    response: httpx.Response | RawResponse,
+    response: aiohttp.ClientResponse,
     asked: ClientAsked,
     truncate: bool,
 ) -> StreamingResponse:

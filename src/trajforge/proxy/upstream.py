@@ -10,13 +10,16 @@ from __future__ import annotations
 
 from typing import Any
 
-import httpx
+import aiohttp
 import orjson
+from yarl import URL
 
 from trajforge.models.mock_answers import error_body
 from trajforge.proxy.config import ProxyConfig
-from trajforge.proxy.http11 import Http11Client
 from trajforge.proxy.record import UpstreamFault
+
+TRANSPORT_ERRORS = (aiohttp.ClientError, TimeoutError)
+"""What aiohttp raises for a time-out, a refused or broken connection or a bad HTTP answer."""
 
 
 class UpstreamError(Exception):
@@ -63,24 +66,30 @@ def status_error(status: int, content: bytes) -> UpstreamError:
     return error
 
 
-def transport_error(exc: httpx.HTTPError, timeout_s: float) -> UpstreamError:
-    """The error for a time-out or a broken connection."""
-    if isinstance(exc, httpx.TimeoutException):
+def transport_error(exc: BaseException, timeout_s: float) -> UpstreamError:
+    """The error for a time-out or a broken connection (one of `TRANSPORT_ERRORS`)."""
+    if isinstance(exc, TimeoutError):
         return observed(504, "upstream_timeout", f"upstream timed out after {timeout_s:g}s")
     return observed(502, "upstream_unreachable", f"upstream connection failed: {exc!r}")
 
 
 class Upstream:
-    """The upstream connection pool: `Http11Client` for http://, httpx for https://."""
+    """The upstream connection pool: one aiohttp session with keep-alive connections.
+
+    `timeout_s` bounds connecting and each read (a stream may run longer as long as data keeps
+    coming). Must be created inside the running event loop.
+    """
 
     def __init__(self, config: ProxyConfig) -> None:
         self.config = config
-        base = config.upstream.rstrip("/")
-        self.fast = Http11Client(base, config.timeout_s) if base.startswith("http://") else None
-        self.client = httpx.AsyncClient(
-            base_url=base,
-            timeout=config.timeout_s,
-            limits=httpx.Limits(max_connections=1024, max_keepalive_connections=256),
+        self.base = config.upstream.rstrip("/")
+        self._urls: dict[str, URL] = {}
+        timeout = aiohttp.ClientTimeout(
+            total=None, sock_connect=config.timeout_s, sock_read=config.timeout_s
+        )
+        connector = aiohttp.TCPConnector(limit=1024, limit_per_host=0)
+        self.session = aiohttp.ClientSession(
+            connector=connector, timeout=timeout, skip_auto_headers=("User-Agent",)
         )
 
     def headers(self, client_headers: Any) -> dict[str, str]:
@@ -92,30 +101,37 @@ class Upstream:
             headers["authorization"] = client_headers["authorization"]
         return headers
 
-    async def _send(self, method: str, path: str, headers: dict, body: bytes = b""):
+    def _url(self, path: str) -> URL:
+        url = self._urls.get(path)
+        if url is None:
+            url = self._urls[path] = URL(self.base + path)
+        return url
+
+    async def _send(
+        self, method: str, path: str, headers: dict, body: bytes = b""
+    ) -> aiohttp.ClientResponse:
         """An open response (status known, body unread), or an `UpstreamError`."""
         try:
-            if self.fast is not None:
-                return await self.fast.send(method, path, headers, body)
-            request = self.client.build_request(method, path, content=body, headers=headers)
-            return await self.client.send(request, stream=True)
-        except httpx.HTTPError as exc:
+            return await self.session.request(
+                method, self._url(path), data=body or None, headers=headers
+            )
+        except TRANSPORT_ERRORS as exc:
             raise transport_error(exc, self.config.timeout_s) from exc
 
-    async def _read_all(self, response) -> bytes:
+    async def _read_all(self, response: aiohttp.ClientResponse) -> bytes:
         try:
-            return await response.aread()
-        except httpx.HTTPError as exc:
+            return await response.read()
+        except TRANSPORT_ERRORS as exc:
             raise transport_error(exc, self.config.timeout_s) from exc
         finally:
-            await response.aclose()
+            response.release()
 
     async def post(self, path: str, body: dict[str, Any], headers: dict[str, str]) -> dict:
         """A non-streamed call: the decoded JSON answer, or an `UpstreamError`."""
         response = await self._send("POST", path, headers, orjson.dumps(body))
         content = await self._read_all(response)
-        if response.status_code != 200:
-            raise status_error(response.status_code, content)
+        if response.status != 200:
+            raise status_error(response.status, content)
         try:
             data = orjson.loads(content)
         except orjson.JSONDecodeError:
@@ -125,19 +141,19 @@ class Upstream:
             raise observed(502, "upstream_malformed", f"upstream answer is not JSON: {snippet!r}")
         return data
 
-    async def open_stream(self, path: str, body: dict[str, Any], headers: dict[str, str]):
+    async def open_stream(
+        self, path: str, body: dict[str, Any], headers: dict[str, str]
+    ) -> aiohttp.ClientResponse:
         """Start a streamed call; the open response, or an `UpstreamError` before any chunk."""
         response = await self._send("POST", path, headers, orjson.dumps(body))
-        if response.status_code != 200:
-            raise status_error(response.status_code, await self._read_all(response))
+        if response.status != 200:
+            raise status_error(response.status, await self._read_all(response))
         return response
 
     async def get(self, path: str, headers: dict[str, str]) -> tuple[int, bytes]:
         """A GET (e.g. `/models`): status and body."""
         response = await self._send("GET", path, headers)
-        return response.status_code, await self._read_all(response)
+        return response.status, await self._read_all(response)
 
     async def close(self) -> None:
-        await self.client.aclose()
-        if self.fast is not None:
-            await self.fast.aclose()
+        await self.session.close()
