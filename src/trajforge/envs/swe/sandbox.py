@@ -2,15 +2,15 @@
 
 Backends, best first (`auto` picks the first that works here):
 
-- `bwrap`: bubblewrap. The whole filesystem read-only, the workspace writable, a private
-  /tmp, no network, own PID namespace.
+- `bwrap`: bubblewrap. The whole filesystem read-only (/tmp too, so the interpreter works
+  wherever it is installed), the workspace writable, no network, own PID namespace.
 - `unshare`: util-linux `unshare` with user, mount and network namespaces: every mount is
   remounted read-only except the workspace; no network.
 - `none`: a plain subprocess in the workspace (limits below, proxy variables that point
   nowhere); it does not stop writes elsewhere. Used only when chosen or nothing else works.
 
-Every backend sets time, memory, file-size limits (`resource.setrlimit`) and kills the
-whole process group when the time is up.
+Every backend points TMPDIR at the workspace, sets time, memory and file-size limits
+(`resource.setrlimit`) and kills the whole process group when the time is up.
 """
 
 from __future__ import annotations
@@ -87,7 +87,7 @@ def resolve_backend(backend: Backend) -> str:
 def _bwrap_argv(workspace: Path, command: list[str]) -> list[str]:
     ws = str(workspace)
     return [
-        "bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
+        "bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
         "--bind", ws, ws, "--unshare-all", "--die-with-parent", "--new-session",
         "--chdir", ws, "--", *command,
     ]  # fmt: skip
@@ -106,6 +106,7 @@ def _environment(workspace: Path) -> dict[str, str]:
     return {
         "PATH": f"{bin_dir}:/usr/local/bin:/usr/bin:/bin",
         "HOME": str(workspace),
+        "TMPDIR": str(workspace),
         "LANG": "C.UTF-8",
         "PYTHONDONTWRITEBYTECODE": "1",
         "PYTHONPATH": str(workspace),
