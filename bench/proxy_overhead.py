@@ -7,8 +7,9 @@ writing to a temporary store) and LiteLLM's proxy (from a scratch venv this scri
 on first use under ~/.cache/trajforge-bench, never in the project's venv), all as separate
 processes on 127.0.0.1. For 1, 16 and 64 concurrent sessions (each a sequential chain of
 chat completions) it measures latency p50/p99 and throughput directly against the mock and
-through each proxy, and prints the added latency. The goals: at most 1 ms added at p50, and
-less overhead than LiteLLM's proxy. All traffic is loopback; every loop is bounded.
+through each proxy, and prints the added latency and each server's CPU time per call. The
+goals: at most 1 ms added at p50, and less overhead than LiteLLM's proxy. All traffic is
+loopback; every loop is bounded.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ CACHE = Path(os.environ.get("TRAJFORGE_BENCH_CACHE") or Path.home() / ".cache" /
 LITELLM_VENV = CACHE / "litellm-venv"
 REQUEST = {"model": "mock", "messages": [{"role": "user", "content": "hello there"}]}
 BENCH_KEY = f"sk-bench-{secrets.token_hex(16)}"  # LiteLLM's master key; sent to every target
+Target = tuple[str, int]  # base URL, and the pid of the server process answering there
 
 
 def free_port() -> int:
@@ -126,14 +128,30 @@ async def load(base_url: str, sessions: int, requests: int, tag: str) -> tuple[l
         return latencies, time.perf_counter() - started
 
 
-def measure(targets: dict[str, str], sessions: int, requests: int, rounds: int) -> dict:
-    """Targets measured in alternating rounds, so a busy moment of the machine hits them all."""
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (Linux /proc; 0 where there is none)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def measure(targets: dict[str, Target], sessions: int, requests: int, rounds: int) -> dict:
+    """Targets measured in alternating rounds, so a busy moment of the machine hits them all.
+
+    Besides latency, the CPU time the target's own server process spends per call: unlike
+    latency it hardly moves when other work shares the machine.
+    """
     latencies: dict[str, list[float]] = {name: [] for name in targets}
     walls: dict[str, float] = dict.fromkeys(targets, 0.0)
+    cpus: dict[str, float] = dict.fromkeys(targets, 0.0)
     for round_index in range(rounds):
-        for name, url in targets.items():
+        for name, (url, pid) in targets.items():
             tag = f"bench-{sessions}-{round_index}"
+            cpu_before = cpu_seconds(pid)
             measured, wall = asyncio.run(load(url, sessions, requests // rounds, tag))
+            cpus[name] += cpu_seconds(pid) - cpu_before
             latencies[name] += measured
             walls[name] += wall
     results = {}
@@ -143,6 +161,7 @@ def measure(targets: dict[str, str], sessions: int, requests: int, rounds: int) 
             "p50_ms": 1000 * statistics.median(values),
             "p99_ms": 1000 * values[min(len(values) - 1, int(0.99 * len(values)))],
             "rps": len(values) / walls[name],
+            "cpu_ms": 1000 * cpus[name] / len(values),
         }
     return results
 
@@ -150,7 +169,7 @@ def measure(targets: dict[str, str], sessions: int, requests: int, rounds: int) 
 def report(results: dict[str, dict[int, dict]], sessions: list[int]) -> None:
     print(
         f"\n{'target':<12}{'sessions':>9}{'p50 ms':>9}{'p99 ms':>9}{'req/s':>9}"
-        f"{'+p50 ms':>10}{'+p99 ms':>10}"
+        f"{'+p50 ms':>10}{'+p99 ms':>10}{'cpu ms/call':>13}"
     )
     for target, by_sessions in results.items():
         for count in sessions:
@@ -158,7 +177,7 @@ def report(results: dict[str, dict[int, dict]], sessions: list[int]) -> None:
             print(
                 f"{target:<12}{count:>9}{row['p50_ms']:>9.2f}{row['p99_ms']:>9.2f}"
                 f"{row['rps']:>9.0f}{row['p50_ms'] - base['p50_ms']:>10.2f}"
-                f"{row['p99_ms'] - base['p99_ms']:>10.2f}"
+                f"{row['p99_ms'] - base['p99_ms']:>10.2f}{row['cpu_ms']:>13.2f}"
             )
     if "litellm" in results:
         for count in sessions:
@@ -186,22 +205,22 @@ def main() -> None:
         try:
             mock_port, proxy_port = free_port(), free_port()
             mock = f"http://127.0.0.1:{mock_port}/v1"
-            processes.append(
-                start(
-                    [*trajforge, "mock-server", "--port", str(mock_port)],
-                    f"{mock}/models",
-                    workdir / "mock.log",
-                )
+            mock_server = start(
+                [*trajforge, "mock-server", "--port", str(mock_port)],
+                f"{mock}/models",
+                workdir / "mock.log",
             )
+            processes.append(mock_server)
             proxy_args = ["proxy", "--upstream", mock, "--port", str(proxy_port)]
             proxy_args += ["--db", str(workdir / "bench.db")]
             proxy = f"http://127.0.0.1:{proxy_port}/v1"
-            processes.append(start([*trajforge, *proxy_args], f"{proxy}/models", workdir / "p.log"))
-            targets = {"direct": mock, "trajforge": proxy}
+            proxy_server = start([*trajforge, *proxy_args], f"{proxy}/models", workdir / "p.log")
+            processes.append(proxy_server)
+            targets = {"direct": (mock, mock_server.pid), "trajforge": (proxy, proxy_server.pid)}
             if not args.no_litellm:
                 litellm, litellm_url = start_litellm(mock, workdir)
                 processes.append(litellm)
-                targets["litellm"] = litellm_url
+                targets["litellm"] = (litellm_url, litellm.pid)
             results: dict[str, dict[int, dict]] = {name: {} for name in targets}
             for count in sessions:
                 for name, row in measure(targets, count, args.requests, args.rounds).items():
