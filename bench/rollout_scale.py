@@ -11,7 +11,10 @@ Usage: python bench/rollout_scale.py [--episodes N] [--repeat R] [--no-ray]
    started and warmed up before timing; local and Ray runs alternate), for two workloads:
    household noisy-expert episodes (milliseconds each: the worst case for Ray's fixed
    per-episode cost of shipping specs and trajectories) and swe expert episodes (sandboxed
-   commands, about a second each). Goal: overhead <= 20%.
+   commands, about a second each). Goal: overhead <= 20%. Both backends return what the
+   store takes (`FinishedEpisode`: the trajectory serialized where it ran), so both sides
+   include the same serialization; for Ray, the driver's own CPU per episode (receiving and
+   unpickling, no JSON parsing) is printed too.
 
 Each measurement is the best of `--repeat` runs, so a busy machine disturbs it less.
 """
@@ -192,13 +195,14 @@ def tree_cpu_seconds(root: int) -> float:
     return sum(cpu.get(pid, 0.0) for pid in tree)
 
 
-def timed_run(backend, specs, concurrency: int, whole_tree: bool) -> tuple[float, float]:
-    """(episodes/s, CPU seconds per episode) of one run; CPU of this process only, or of it
-    and all its descendants (Ray's daemons and workers)."""
+def timed_run(backend, specs, concurrency: int, whole_tree: bool) -> tuple[float, float, float]:
+    """(episodes/s, CPU seconds per episode, this process's CPU seconds per episode) of one
+    run; the CPU is of this process only, or of it and all its descendants (Ray's daemons
+    and workers)."""
     cpu = (lambda: tree_cpu_seconds(os.getpid())) if whole_tree else time.process_time
-    before = cpu()
+    before, own = cpu(), time.process_time()
     rate = episodes_per_s(backend, specs, concurrency, 1)
-    return rate, (cpu() - before) / len(specs)
+    return rate, (cpu() - before) / len(specs), (time.process_time() - own) / len(specs)
 
 
 def local_and_ray(workloads: list) -> None:
@@ -228,15 +232,17 @@ def compare(specs: list, concurrency: int, repeat: int, with_cpu: bool, run_ray)
     for _ in range(repeat):
         local.append(timed_run(run_local, specs, concurrency, whole_tree=False))
         ray_runs.append(timed_run(run_ray, specs, concurrency, whole_tree=True))
-    local_rate, ray_rate = max(r for r, _ in local), max(r for r, _ in ray_runs)
+    local_rate, ray_rate = max(r[0] for r in local), max(r[0] for r in ray_runs)
     wall = local_rate / ray_rate - 1
     line = f"workers={concurrency}: local {local_rate:7.1f} ep/s · ray {ray_rate:7.1f} ep/s"
     line += f" · Ray overhead (goal <= {RAY_OVERHEAD_GOAL:.0%}): wall {wall:+.1%} {_verdict(wall)}"
     if with_cpu:
-        local_cpu, ray_cpu = min(c for _, c in local), min(c for _, c in ray_runs)
+        local_cpu, ray_cpu = min(r[1] for r in local), min(r[1] for r in ray_runs)
+        driver = min(r[2] for r in ray_runs)
         cpu = ray_cpu / local_cpu - 1
         line += (
-            f", CPU {cpu:+.1%} {_verdict(cpu)} ({local_cpu * 1e3:.2f} vs {ray_cpu * 1e3:.2f} ms/ep)"
+            f", CPU {cpu:+.1%} {_verdict(cpu)} ({local_cpu * 1e3:.2f} vs {ray_cpu * 1e3:.2f} ms/ep,"
+            f" Ray driver {driver * 1e3:.2f} ms/ep)"
         )
     print(line)
 
