@@ -67,3 +67,29 @@ def test_threshold_stops_at_most_the_target_share_of_successes():
     threshold = threshold_for_loss(maxima, 0.05)
     assert sum(m >= threshold for m in maxima) == 5
     assert sum(m >= threshold_for_loss(maxima, 0.0) for m in maxima) == 0
+
+
+def _synthetic_run(name: str, failed: bool, risks: np.ndarray) -> RunFeatures:
+    steps = len(risks)
+    return RunFeatures(
+        traj_id=name,
+        group=name,
+        failed=failed,
+        features=np.zeros((steps, 1)),
+        tokens=np.full(steps, 100.0),
+        message_index=np.arange(steps),
+    )
+
+
+def test_learned_detector_picks_the_earliest_stop_step_that_saves_most():
+    # successful runs spike at step 6; failed runs are high from step 8 on
+    success = np.full(30, 0.1)
+    success[5] = 0.9
+    doomed = np.where(np.arange(30) >= 7, 0.8, 0.1)
+    runs = [_synthetic_run(f"s{i}", False, success) for i in range(20)]
+    runs += [_synthetic_run(f"f{i}", True, doomed) for i in range(10)]
+    risks = [success if not r.failed else doomed for r in runs]
+    detector = LearnedDetector(LearnedConfig(min_step_candidates=(5, 10, 15)))
+    assert detector._best_min_step(runs, risks) == 10
+    fixed = LearnedDetector(LearnedConfig(min_step=5, min_step_candidates=(5,)))
+    assert fixed._best_min_step(runs, risks) == 5

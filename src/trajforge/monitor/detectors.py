@@ -11,7 +11,8 @@
   of that same inner CV.
 
 Every detector also carries stop thresholds (`thresholds`, by target loss) chosen on its
-training runs; the learned one chooses them on out-of-fold risks so that they hold on new runs.
+training runs; the learned one chooses them on out-of-fold risks so that they hold on new runs,
+and on the same risks chooses its earliest stop step (`min_step`) among a few candidates.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from threadpoolctl import threadpool_limits
 
 from trajforge.monitor.dataset import RunFeatures, training_rows
 from trajforge.monitor.features import feature_names
-from trajforge.monitor.stoprule import DEFAULT_LOSSES, thresholds_for_losses
+from trajforge.monitor.stoprule import DEFAULT_LOSSES, stop_step, thresholds_for_losses
 from trajforge.registry import Registry
 
 
@@ -54,6 +55,11 @@ class LearnedConfig(DetectorConfig):
         description="Estimators to choose from by inner CV (gbm, logistic, logistic-strong).",
     )
     inner_folds: int = Field(default=4, description="Task-grouped folds of the inner CV.")
+    min_step_candidates: tuple[int, ...] = Field(
+        default=(5, 10, 15),
+        description="Earliest stop steps to choose from (those below `min_step` are ignored): "
+        "the one whose thresholds save the most failed-run tokens on the out-of-fold risks.",
+    )
     seed: int = Field(default=0, description="Seed of the estimators and the inner split.")
 
 
@@ -176,7 +182,22 @@ class LearnedDetector:
         self.calibrator = LogisticRegression().fit(_logit(scores[self.kind])[:, None], y)
         self.model = make_estimator(self.kind, self.config.seed).fit(x, y)
         calibrated = self.calibrator.predict_proba(_logit(scores[self.kind])[:, None])[:, 1]
-        self.thresholds = _thresholds(self, runs, _split_by_run(runs, calibrated))
+        risks = _split_by_run(runs, calibrated)
+        self.config = self.config.model_copy(update={"min_step": self._best_min_step(runs, risks)})
+        self.thresholds = _thresholds(self, runs, risks)
+
+    def _best_min_step(self, runs: list[RunFeatures], risks: list[np.ndarray]) -> int:
+        """The candidate earliest stop step whose thresholds save the most tokens of failed
+        runs (mean over the target losses) on out-of-fold risks; ties go to the earliest."""
+        failed = [r.failed for r in runs]
+        options = [m for m in self.config.min_step_candidates if m >= self.config.min_step]
+        best, best_saved = self.config.min_step, -1.0
+        for min_step in sorted(options):
+            limits = thresholds_for_losses(risks, failed, min_step, self.config.losses)
+            saved = np.mean([_saved_share(runs, risks, t, min_step) for t in limits.values()])
+            if saved > best_saved + 1e-12:
+                best, best_saved = min_step, saved
+        return best
 
     def _out_of_fold(self, kind: str, x: np.ndarray, y: np.ndarray, splits: list) -> np.ndarray:
         scores = np.zeros(len(y))
@@ -233,6 +254,20 @@ def _split_by_run(runs: list[RunFeatures], row_values: np.ndarray) -> list[np.nd
         out.append(np.append(values, values[-1]))
         start += run.steps - 1
     return out
+
+
+def _saved_share(
+    runs: list[RunFeatures], risks: list[np.ndarray], threshold: float, min_step: int
+) -> float:
+    """Share of the failed runs' tokens that stopping at `threshold` saves."""
+    saved = total = 0.0
+    for run, risk in zip(runs, risks, strict=True):
+        if not run.failed:
+            continue
+        total += run.tokens.sum()
+        step = stop_step(risk, threshold, min_step)
+        saved += run.tokens_after(step) if step is not None else 0.0
+    return saved / total if total else 0.0
 
 
 def _thresholds(detector: Detector, runs: list[RunFeatures], risks: list[np.ndarray]):
