@@ -11,6 +11,7 @@ from typing import Annotated, Any, TypeVar
 import orjson
 import typer
 from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from trajforge.errors import UserError
 from trajforge.store import Store, TrajectoryFilter, default_db_path
@@ -90,3 +91,16 @@ def guarded(func: F) -> F:
             raise typer.Exit(1) from None
 
     return wrapper  # type: ignore[return-value]
+
+
+def progress_bar(quiet: bool) -> Progress:
+    """A transient progress bar on stderr (disabled when `quiet`, e.g. with --json)."""
+    return Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err_console,
+        disable=quiet,
+        transient=True,
+    )

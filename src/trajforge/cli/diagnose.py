@@ -6,7 +6,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from trajforge.cli.common import (
@@ -18,11 +17,11 @@ from trajforge.cli.common import (
     ModelOption,
     TaskOption,
     console,
-    err_console,
     guarded,
     make_filter,
     open_store,
     print_json,
+    progress_bar,
 )
 from trajforge.diagnose.eval import EvalReport
 from trajforge.diagnose.model import Diagnosis
@@ -70,18 +69,6 @@ def _localizer(method: str, base_url: str | None, llm_model: str | None, mode: s
     return make_localizer("llm", model=model, mode=mode)
 
 
-def _progress(quiet: bool) -> Progress:
-    return Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=err_console,
-        disable=quiet,
-        transient=True,
-    )
-
-
 @app.callback(invoke_without_command=True)
 def diagnose_command(
     ctx: typer.Context,
@@ -119,7 +106,7 @@ def _run(db, flt, method, base_url, llm_model, judge_mode, json_out) -> None:
     localizer = _localizer(method, base_url, llm_model, judge_mode)
     with open_store(db) as store:
         runs = select_failures(store, flt)
-        with _progress(json_out) as progress:
+        with progress_bar(json_out) as progress:
             bar = progress.add_task(f"diagnosing ({method})", total=len(runs))
             diagnoses = diagnose_runs(runs, localizer, on_run=lambda _: progress.advance(bar))
         save_diagnoses(store, diagnoses)
@@ -199,7 +186,7 @@ def _eval(db, flt, method, base_url, llm_model, judge_mode, fresh, json_out) -> 
     missing = [t for t in runs if t.id not in stored]
     if missing:
         localizer = _localizer(method, base_url, llm_model, judge_mode)
-        with _progress(json_out) as progress:
+        with progress_bar(json_out) as progress:
             bar = progress.add_task(f"diagnosing ({method})", total=len(missing))
             fresh = diagnose_runs(missing, localizer, on_run=lambda _: progress.advance(bar))
         stored |= {d.trajectory_id: d for d in fresh}

@@ -8,9 +8,16 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from trajforge.cli.common import DbOption, JsonOption, console, err_console, open_store, print_json
+from trajforge.cli.common import (
+    DbOption,
+    JsonOption,
+    console,
+    err_console,
+    open_store,
+    print_json,
+    progress_bar,
+)
 from trajforge.importers.pipeline import ImportReport, SourceOverrides, import_jobs, plan
 from trajforge.importers.registry import DETECTION_ORDER
 
@@ -37,7 +44,7 @@ def import_command(
     """
     jobs, report = plan(paths, fmt)
     overrides = SourceOverrides(model=model, run=run)
-    with open_store(db, must_exist=False) as store, _progress(json_out) as progress:
+    with open_store(db, must_exist=False) as store, progress_bar(json_out) as progress:
         task = progress.add_task("importing", total=len(jobs))
         import_jobs(store, jobs, report, lambda _: progress.advance(task), overrides)
     if json_out:
@@ -46,18 +53,6 @@ def import_command(
         print_import_report(report)
     if report.failed:
         raise typer.Exit(1)
-
-
-def _progress(quiet: bool) -> Progress:
-    return Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=err_console,
-        disable=quiet,
-        transient=True,
-    )
 
 
 def _summary(report: ImportReport) -> dict:
