@@ -105,27 +105,38 @@ def start_litellm(upstream: str, workdir: Path) -> tuple[subprocess.Popen, str]:
     return process, f"http://127.0.0.1:{port}"
 
 
-async def _chain(client: httpx.AsyncClient, url: str, session: str, calls: int) -> list[float]:
+async def _chain(
+    client: httpx.AsyncClient, url: str, session: str, calls: int
+) -> tuple[list[float], int]:
+    """Latencies of the calls that succeeded, and how many failed (counted, not fatal)."""
     headers = {"Authorization": f"Bearer {BENCH_KEY}", "X-Trajforge-Session": session}
-    latencies = []
+    latencies, failed = [], 0
     for _ in range(calls):
         started = time.perf_counter()
-        answer = await client.post(f"{url}/chat/completions", json=REQUEST, headers=headers)
-        answer.raise_for_status()
+        try:
+            answer = await client.post(f"{url}/chat/completions", json=REQUEST, headers=headers)
+            answer.raise_for_status()
+        except httpx.HTTPError:
+            failed += 1
+            continue
         latencies.append(time.perf_counter() - started)
-    return latencies
+    return latencies, failed
 
 
-async def load(base_url: str, sessions: int, requests: int, tag: str) -> tuple[list[float], float]:
-    """`sessions` concurrent chains sharing `requests` calls: latencies and wall time."""
+async def load(
+    base_url: str, sessions: int, requests: int, tag: str
+) -> tuple[list[float], float, int]:
+    """`sessions` concurrent chains sharing `requests` calls: latencies, wall time, failures."""
     limits = httpx.Limits(max_connections=sessions, max_keepalive_connections=sessions)
     async with httpx.AsyncClient(limits=limits, timeout=60) as client:
         await asyncio.gather(*(_chain(client, base_url, f"warm-{i}", 2) for i in range(sessions)))
         per_session = max(1, requests // sessions)
         started = time.perf_counter()
         chains = [_chain(client, base_url, f"{tag}-{i}", per_session) for i in range(sessions)]
-        latencies = [x for chain in await asyncio.gather(*chains) for x in chain]
-        return latencies, time.perf_counter() - started
+        finished = await asyncio.gather(*chains)
+        latencies = [x for chain, _ in finished for x in chain]
+        failed = sum(count for _, count in finished)
+        return latencies, time.perf_counter() - started, failed
 
 
 def cpu_seconds(pid: int) -> float:
@@ -146,11 +157,13 @@ def measure(targets: dict[str, Target], sessions: int, requests: int, rounds: in
     latencies: dict[str, list[float]] = {name: [] for name in targets}
     walls: dict[str, float] = dict.fromkeys(targets, 0.0)
     cpus: dict[str, float] = dict.fromkeys(targets, 0.0)
+    failures: dict[str, int] = dict.fromkeys(targets, 0)
     for round_index in range(rounds):
         for name, (url, pid) in targets.items():
             tag = f"bench-{sessions}-{round_index}"
             cpu_before = cpu_seconds(pid)
-            measured, wall = asyncio.run(load(url, sessions, requests // rounds, tag))
+            measured, wall, failed = asyncio.run(load(url, sessions, requests // rounds, tag))
+            failures[name] += failed
             cpus[name] += cpu_seconds(pid) - cpu_before
             latencies[name] += measured
             walls[name] += wall
@@ -162,6 +175,7 @@ def measure(targets: dict[str, Target], sessions: int, requests: int, rounds: in
             "p99_ms": 1000 * values[min(len(values) - 1, int(0.99 * len(values)))],
             "rps": len(values) / walls[name],
             "cpu_ms": 1000 * cpus[name] / len(values),
+            "failed": failures[name],
         }
     return results
 
@@ -169,7 +183,7 @@ def measure(targets: dict[str, Target], sessions: int, requests: int, rounds: in
 def report(results: dict[str, dict[int, dict]], sessions: list[int]) -> None:
     print(
         f"\n{'target':<12}{'sessions':>9}{'p50 ms':>9}{'p99 ms':>9}{'req/s':>9}"
-        f"{'+p50 ms':>10}{'+p99 ms':>10}{'cpu ms/call':>13}"
+        f"{'+p50 ms':>10}{'+p99 ms':>10}{'cpu ms/call':>13}{'failed':>8}"
     )
     for target, by_sessions in results.items():
         for count in sessions:
@@ -177,7 +191,7 @@ def report(results: dict[str, dict[int, dict]], sessions: list[int]) -> None:
             print(
                 f"{target:<12}{count:>9}{row['p50_ms']:>9.2f}{row['p99_ms']:>9.2f}"
                 f"{row['rps']:>9.0f}{row['p50_ms'] - base['p50_ms']:>10.2f}"
-                f"{row['p99_ms'] - base['p99_ms']:>10.2f}{row['cpu_ms']:>13.2f}"
+                f"{row['p99_ms'] - base['p99_ms']:>10.2f}{row['cpu_ms']:>13.2f}{row['failed']:>8}"
             )
     if "litellm" in results:
         for count in sessions:
