@@ -70,6 +70,13 @@ def load_json(path: Path) -> object:
         raise InputError(str(path), f"malformed JSON: {exc}") from exc
 
 
+def load_json_records(path: Path) -> object:
+    """A `.jsonl` file as a list of its lines' values, any other file as one JSON value."""
+    if base_name(path).endswith(".jsonl"):
+        return [record for _, record in iter_jsonl(path)]
+    return load_json(path)
+
+
 def iter_jsonl(path: Path) -> Iterator[tuple[int, object]]:
     """(line number, parsed object) for each non-empty line of a JSONL file."""
     number = 0

@@ -20,10 +20,10 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-import orjson
 from pydantic import BaseModel, ConfigDict, Field
 
 from trajforge.errors import InputError, UserError
+from trajforge.importers.base import load_json_records
 
 DEFAULT_REPLY = "Hello from the trajforge mock server."
 
@@ -96,14 +96,7 @@ def load_script(spec: str) -> Script:
 
 
 def _read_script_file(path: Path) -> list[ScriptReply]:
-    text = path.read_bytes()
-    try:
-        if path.suffix == ".jsonl":
-            data = [orjson.loads(line) for line in text.splitlines() if line.strip()]
-        else:
-            data = orjson.loads(text)
-    except orjson.JSONDecodeError as exc:
-        raise InputError(str(path), f"invalid JSON: {exc}") from None
+    data = load_json_records(path)
     if not isinstance(data, list):
         raise InputError(str(path), "a script file must hold a JSON list of replies")
     for index, entry in enumerate(data):

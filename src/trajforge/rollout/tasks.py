@@ -6,10 +6,10 @@ import re
 from pathlib import Path
 from typing import Any
 
-import orjson
 from pydantic import ValidationError
 
 from trajforge.errors import InputError, UserError
+from trajforge.importers.base import load_json_records
 from trajforge.registry import Registry
 from trajforge.schema import Task
 
@@ -57,14 +57,7 @@ def _generated(env: Any, count: int) -> list[Task]:
 
 
 def _from_file(env: Any, path: Path) -> list[Task]:
-    text = path.read_text()
-    try:
-        if path.suffix == ".jsonl":
-            items = [orjson.loads(line) for line in text.splitlines() if line.strip()]
-        else:
-            items = orjson.loads(text)
-    except orjson.JSONDecodeError as exc:
-        raise InputError(str(path), f"not valid JSON: {exc}") from None
+    items = load_json_records(path)
     if not isinstance(items, list):
         raise InputError(str(path), f"expected a list of task ids or tasks; {TASKS_HELP}")
     return [_task(env, item, path, index) for index, item in enumerate(items)]

@@ -42,17 +42,11 @@ BOOKING_TIME = "2024-05-15T15:00:00"
 
 
 def _reservation(db: TauDB, reservation_id: str) -> Record:
-    reservation = db.get("reservations", reservation_id)
-    if reservation is None:
-        raise ToolError("reservation not found")
-    return reservation
+    return db.require("reservations", reservation_id, "reservation")
 
 
 def _user(db: TauDB, user_id: str) -> Record:
-    user = db.get("users", user_id)
-    if user is None:
-        raise ToolError("user not found")
-    return user
+    return db.require("users", user_id, "user")
 
 
 def _bookable_date(db: TauDB, flight_number: str, date: str, cabin: str, seats: int) -> Record:

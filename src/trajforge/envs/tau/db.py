@@ -21,6 +21,8 @@ from typing import Any
 
 import orjson
 
+from trajforge.errors import ToolError
+
 Record = dict[str, Any]
 Key = tuple[str, str]
 
@@ -76,6 +78,13 @@ class TauDB:
         if record is not None:
             return record
         return self.base[table].get(key)
+
+    def require(self, table: str, key: str, what: str) -> Record:
+        """The current record; a `ToolError` "<what> not found" (the agent sees it) when absent."""
+        record = self.get(table, key)
+        if record is None:
+            raise ToolError(f"{what} not found")
+        return record
 
     def has(self, table: str, key: str) -> bool:
         return (table, key) in self.overlay or key in self.base[table]

@@ -17,17 +17,11 @@ CANCEL_REASONS = ("no longer needed", "ordered by mistake")
 
 
 def _order(db: TauDB, order_id: str) -> Record:
-    order = db.get("orders", order_id)
-    if order is None:
-        raise ToolError("order not found")
-    return order
+    return db.require("orders", order_id, "order")
 
 
 def _user(db: TauDB, user_id: str) -> Record:
-    user = db.get("users", user_id)
-    if user is None:
-        raise ToolError("user not found")
-    return user
+    return db.require("users", user_id, "user")
 
 
 def _require_status(order: Record, status: str, what: str) -> None:
