@@ -106,7 +106,13 @@ def eval_command(
     json_out: JsonOption = False,
 ) -> None:
     """Evaluate a model file on the selected runs, or cross-validate by task without one."""
-    from trajforge.monitor import DETECTORS, cross_validate, evaluate_detector, load_detector
+    from trajforge.monitor import (
+        DETECTORS,
+        cross_validate,
+        evaluate_detector,
+        headroom,
+        load_detector,
+    )
 
     runs = _runs(db, harness, agent_model, env, task, limit)
     if model_file is not None:
@@ -118,6 +124,7 @@ def eval_command(
                 name: _headline(cross_validate(runs, DETECTORS.get(name), folds, seed).summary(0))
                 for name in ("length", "rule")
             }
+    summary["headroom"] = headroom(runs, folds, seed)
     if json_out:
         print_json(summary)
         return
@@ -141,6 +148,11 @@ def _summary_table(summary: dict) -> Table:
             table.add_row(f"{group} {key}", str(value), str(interval or ""))
     for key, value in summary["successful_stopped_at_loss"].items():
         table.add_row(f"successful_stopped_at_loss {key}", str(value), "")
+    ceiling = summary["headroom"]
+    for key, value in ceiling["perfect_tokens_saved_at_step"].items():
+        table.add_row(f"ceiling: perfect stop at step {key} saves", str(value), "")
+    table.add_row("ceiling: hindsight AUROC (whole run)", str(ceiling["hindsight_auroc"]), "")
+    table.add_row("ceiling: final length AUROC", str(ceiling["final_length_auroc"]), "")
     return table
 
 

@@ -4,6 +4,7 @@ Public API:
 - `prefix_features(traj)`, `FEATURE_VERSION`, `feature_names()`: features of every prefix.
 - `RuleDetector`, `LengthDetector`, `LearnedDetector`, `DETECTORS`: failure risk per prefix.
 - `cross_validate`, `evaluate_detector`: task-grouped offline evaluation.
+- `headroom(runs)`: the ceiling (perfect stop savings, hindsight AUROC) the figures sit under.
 - `save_detector`, `load_detector`: model files (checked feature version).
 - `risk_curve(traj, model)`: [(message index, risk)] for `show`.
 - `StopHook`, `SessionMonitor`, `should_stop`: online stopping (rollouts, proxy).
@@ -20,6 +21,7 @@ from trajforge.monitor.detectors import (
 )
 from trajforge.monitor.evaluate import Evaluation, cross_validate, evaluate_detector
 from trajforge.monitor.features import FEATURE_VERSION, feature_names, prefix_features
+from trajforge.monitor.headroom import headroom
 from trajforge.monitor.hook import SessionMonitor, StopHook, should_stop
 from trajforge.monitor.modelfile import load_detector, save_detector
 from trajforge.monitor.scoring import risk_curve
@@ -41,6 +43,7 @@ __all__ = [
     "feature_names",
     "featurize_run",
     "featurize_runs",
+    "headroom",
     "load_detector",
     "prefix_features",
     "risk_curve",
