@@ -399,7 +399,16 @@ def text_profile(steps: list[Step]) -> np.ndarray:
     """
     if not steps:
         return np.zeros((0, TEXT_DIMS))
-    hashed = _TEXT_HASHER.transform([f"{s.text}\n{s.reasoning}" for s in steps]).toarray()
-    profile = np.log1p(np.cumsum(hashed, axis=0))
+    return normalized_profile(np.cumsum(hashed_words(steps), axis=0))
+
+
+def hashed_words(steps: list[Step]) -> np.ndarray:
+    """(steps, TEXT_DIMS): hashed word counts of each step's own text (not summed)."""
+    return _TEXT_HASHER.transform([f"{s.text}\n{s.reasoning}" for s in steps]).toarray()
+
+
+def normalized_profile(summed: np.ndarray) -> np.ndarray:
+    """Rows of word counts summed over steps 1..k, log-scaled and L2-normalized."""
+    profile = np.log1p(summed)
     norms = np.linalg.norm(profile, axis=1, keepdims=True)
     return profile / np.maximum(norms, 1e-9)

@@ -12,16 +12,23 @@ for the recording proxy.
 Both decide on completed steps only (an assistant message whose tool calls have not run yet is
 not scored), never before the detector's `min_step`, and by default with the threshold the
 detector chose on its training runs for 1% of successful runs stopped.
+
+A monitor remembers the run it last saw (`scoring.IncrementalRisk`): when the next call's run
+extends it, only the new steps are featurized and only the newest row is scored, so a whole
+run costs O(steps) instead of O(steps²); a rewritten history or another run starts over, with
+the same result as scoring from scratch. Use one monitor per session; calls on one monitor are
+serialized by its own lock, and monitors share no state.
 """
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 from trajforge.errors import EpisodeEnd, UserError
 from trajforge.monitor.detectors import Detector
 from trajforge.monitor.modelfile import load_detector
-from trajforge.monitor.scoring import current_risk
+from trajforge.monitor.scoring import IncrementalRisk
 from trajforge.schema import Trajectory
 
 MONITOR_REASON = "monitor"
@@ -40,11 +47,25 @@ class SessionMonitor:
         self.threshold = _threshold(self.model) if threshold is None else threshold
         self.min_step = self.model.config.min_step if min_step is None else min_step
         self.last_risk: float | None = None
+        self.scorer = IncrementalRisk(self.model)
+        self._lock = threading.Lock()
+
+    @property
+    def steps_seen(self) -> int:
+        """Completed steps of the session's run scored so far."""
+        return self.scorer.steps
+
+    def reset(self) -> None:
+        """Forget the run seen so far (the next call scores its run from scratch)."""
+        with self._lock:
+            self.scorer.reset()
+            self.last_risk = None
 
     def should_stop(self, traj: Trajectory) -> bool:
         """True when the risk after the last completed step reaches the threshold."""
-        steps, risk = current_risk(traj, self.model)
-        self.last_risk = risk
+        with self._lock:
+            steps, risk = self.scorer.update(traj)
+            self.last_risk = risk
         return risk is not None and steps >= self.min_step and risk >= self.threshold
 
 

@@ -51,20 +51,56 @@ class Step:
 
 def action_format(traj: Trajectory) -> str:
     """`bash` when assistant messages carry ```bash blocks, else `tools`."""
-    texts = (m.text() for m in traj.messages if m.role == "assistant" and not m.tool_calls)
-    return "bash" if any("```bash" in text for text in texts) else "tools"
+    return "bash" if any(shows_bash(m) for m in traj.messages) else "tools"
+
+
+def shows_bash(message: Message) -> bool:
+    """An assistant text message with a ```bash block: one makes the whole run `bash`."""
+    return message.role == "assistant" and not message.tool_calls and "```bash" in message.text()
 
 
 def extract_steps(traj: Trajectory) -> list[Step]:
     """The steps of `traj`, with the extractor chosen from its message format."""
-    calls = {c.message_index: c for c in traj.llm_calls if c.message_index is not None}
-    tools = action_format(traj) == "tools"
-    indices = traj.assistant_indices()
-    ends = [*indices[1:], len(traj.messages)][: len(indices)]
-    steps = [_step(traj.messages, i, end, tools) for i, end in zip(indices, ends, strict=True)]
+    return steps_from(traj, 0, action_format(traj), recorded_calls(traj))
+
+
+def steps_from(traj: Trajectory, start: int, fmt: str, calls: dict[int, LLMCall]) -> list[Step]:
+    """The steps whose assistant message is at index `start` or later, extracted as `fmt`
+    (`action_format` of the whole run) with the usage in `calls` (`recorded_calls`).
+
+    A step's span ends at the next assistant message or at the end of the run, so a step is
+    only final once the next assistant message exists; `extract_steps(traj)` is
+    `steps_from(traj, 0, ...)`.
+    """
+    messages = traj.messages
+    indices = [i for i in range(start, len(messages)) if messages[i].role == "assistant"]
+    ends = [*indices[1:], len(messages)][: len(indices)]
+    tools = fmt == "tools"
+    steps = [_step(messages, i, end, tools) for i, end in zip(indices, ends, strict=True)]
     for step in steps:
-        _set_usage(step, calls.get(step.index), traj.messages)
+        _set_usage(step, calls.get(step.index), messages)
     return steps
+
+
+def recorded_calls(traj: Trajectory) -> dict[int, LLMCall]:
+    """The model call of each message index (the last one recorded for it)."""
+    return {c.message_index: c for c in traj.llm_calls if c.message_index is not None}
+
+
+def recorded_usage(call: LLMCall | None) -> tuple[int, int] | None:
+    """(prompt, completion) tokens a step takes from its call, or None (then estimated)."""
+    if call is None or call.usage is None or call.usage.prompt_tokens is None:
+        return None
+    return call.usage.prompt_tokens, call.usage.completion_tokens or 0
+
+
+def message_key(message: Message) -> tuple:
+    """Everything step extraction reads from a message: messages with equal keys give equal
+    steps. Extend it whenever `_step`, `_set_usage` or an extractor reads another field."""
+    if message.role != "assistant":
+        return (message.role, message.text())
+    calls = tuple((c.name, c.arguments) for c in message.tool_calls or ())
+    return (message.role, message.text(), calls, _reasoning(message))
 
 
 def require_steps(traj: Trajectory) -> list[Step]:
@@ -99,9 +135,9 @@ def _step(messages: list[Message], index: int, stop: int, tools: bool) -> Step:
 
 def _set_usage(step: Step, call: LLMCall | None, messages: list[Message]) -> None:
     """Recorded usage of the step's call; else an estimate of 4 characters per token."""
-    if call is not None and call.usage is not None and call.usage.prompt_tokens is not None:
-        step.prompt_tokens = call.usage.prompt_tokens
-        step.completion_tokens = call.usage.completion_tokens or 0
+    usage = recorded_usage(call)
+    if usage is not None:
+        step.prompt_tokens, step.completion_tokens = usage
         return
     step.prompt_tokens = sum(len(m.text()) for m in messages[: step.index]) // 4
     step.completion_tokens = max(1, len(step.text) // 4)
