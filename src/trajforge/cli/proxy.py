@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 import uvicorn
@@ -10,6 +11,9 @@ import uvicorn
 from trajforge.cli.common import DbOption, err_console
 from trajforge.errors import UserError
 from trajforge.store import Store, default_db_path
+
+if TYPE_CHECKING:
+    from trajforge.proxy.config import MonitorStopConfig
 
 HostOption = Annotated[str, typer.Option("--host", help="Interface to bind (loopback default).")]
 
@@ -48,6 +52,25 @@ def mock_server_command(
     _serve(mock.app, host, port, "mock OpenAI server")
 
 
+def _monitor_config(
+    model: Path | None, loss: float | None, threshold: float | None
+) -> MonitorStopConfig | None:
+    from pydantic import ValidationError
+
+    from trajforge.proxy.config import MonitorStopConfig
+
+    if model is None:
+        if loss is not None or threshold is not None:
+            raise UserError("--monitor-loss and --monitor-threshold need --monitor MODEL_FILE")
+        return None
+    try:
+        return MonitorStopConfig(model=model, loss=loss, threshold=threshold)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        option = "-".join(["--monitor", *map(str, error["loc"])])
+        raise UserError(f"{option}: {error['msg'].removeprefix('Value error, ')}") from None
+
+
 def proxy_command(
     upstream: Annotated[str, typer.Option("--upstream", help="Upstream base URL (…/v1).")],
     port: Annotated[int, typer.Option("--port", help="Port to listen on.")] = 8000,
@@ -71,6 +94,26 @@ def proxy_command(
             help="Inject upstream faults, e.g. 'timeout=0.1,5xx=0.1,truncate=0.05,seed=7'.",
         ),
     ] = None,
+    monitor: Annotated[
+        Path | None,
+        typer.Option(
+            "--monitor",
+            help="Stop sessions this failure monitor flags (a `trajforge monitor train --out` "
+            "file): their requests get HTTP 403 and the run is recorded as stopped by `monitor`.",
+        ),
+    ] = None,
+    monitor_loss: Annotated[
+        float | None,
+        typer.Option(
+            "--monitor-loss",
+            help="Use the model's threshold for this share of successful runs stopped "
+            "(default: the model's, 0.01).",
+        ),
+    ] = None,
+    monitor_threshold: Annotated[
+        float | None,
+        typer.Option("--monitor-threshold", help="Stop at this failure risk instead (0-1)."),
+    ] = None,
     db: DbOption = None,
 ) -> None:
     """Record every call of an unmodified harness: point its base URL at this proxy."""
@@ -84,6 +127,7 @@ def proxy_command(
         token=token,
         upstream_api_key=upstream_key,
         faults=parse_fault_spec(faults) if faults else None,
+        monitor=_monitor_config(monitor, monitor_loss, monitor_threshold),
     )
     db = db or default_db_path()
     Store(db).close()  # a bad path or a too-new store fails here, on one line

@@ -3,7 +3,8 @@
 Routes: `/v1/chat/completions`, `/v1/completions`, `/v1/models`, the same under
 `/s/{session}/v1/...`, and `POST /s/{session}/outcome` to record how a session ended. Each
 call is committed to the store before the client gets the end of its answer (the last byte
-of a plain answer, the `[DONE]` of a stream), so every answered call is on disk.
+of a plain answer, the `[DONE]` of a stream), so every answered call is on disk. With a
+monitor configured, a session it flags is refused from then on (see `stop.py`).
 """
 
 from __future__ import annotations
@@ -26,10 +27,11 @@ from trajforge.models.mock_answers import error_body
 from trajforge.proxy.capture import Tokens, tokens_of
 from trajforge.proxy.config import ProxyConfig
 from trajforge.proxy.faults import FaultInjector
-from trajforge.proxy.record import CapturedCall, Endpoint, UpstreamFault
+from trajforge.proxy.record import CapturedCall, Endpoint, MonitorStop, UpstreamFault
 from trajforge.proxy.recorder import Recorder
 from trajforge.proxy.redact import scrub_request
 from trajforge.proxy.shaping import ClientAsked, augment, for_client
+from trajforge.proxy.stop import STOP_STATUS, MonitorGate, refusal_message, refusal_response
 from trajforge.proxy.streaming import relay_stream
 from trajforge.proxy.upstream import Upstream, UpstreamError, observed
 from trajforge.schema import Outcome
@@ -64,6 +66,7 @@ class RecordingProxy:
         self.config = config
         self.db = db
         self.faults = FaultInjector(config.faults) if config.faults else None
+        self.gate = MonitorGate(config.monitor) if config.monitor else None
         self.token_ids_rejected = False
         self.store: Store | None = None
         self.recorder: Recorder | None = None
@@ -85,6 +88,8 @@ class RecordingProxy:
             yield
         finally:
             await self.upstream.close()
+            if self.gate is not None:
+                self.gate.close()
             self.recorder.close()
             self.store.close()
 
@@ -153,6 +158,10 @@ class RecordingProxy:
             message = "request body must be a JSON object"
             return JSONResponse(error_body(message, "invalid_request_error"), status_code=400)
         context = self._context(request, endpoint, session, body)
+        if self.gate is not None:
+            stop = await self.gate.check(context.session, endpoint, body)
+            if stop is not None:
+                return await self._refuse(context, stop)
         ask_ids = self.config.ask_token_ids and not self.token_ids_rejected
         upstream_body, asked = augment(body, endpoint == "chat/completions", self.config, ask_ids)
         headers = self.upstream.headers(request.headers)
@@ -188,6 +197,12 @@ class RecordingProxy:
         body = {k: v for k, v in body.items() if k != "return_token_ids"}
         return await send(path, body, headers)
 
+    async def _refuse(self, context: CallContext, stop: MonitorStop) -> Response:
+        """Answer a request of a stopped session without forwarding it; record it as refused."""
+        message = refusal_message(context.session, stop)
+        await self.record(context, STOP_STATUS, error=message, monitor_stop=stop)
+        return refusal_response(message)
+
     async def _inject_early(self, fault: str | None) -> None:
         if fault == "timeout":
             await asyncio.sleep(self.faults.config.timeout_delay_s)
@@ -210,6 +225,7 @@ class RecordingProxy:
         tokens: Tokens | None = None,
         error: str | None = None,
         fault: UpstreamFault | None = None,
+        monitor_stop: MonitorStop | None = None,
     ) -> CapturedCall:
         """The record of a finished call (request scrubbed of secrets)."""
         tokens = tokens or Tokens()
@@ -227,6 +243,7 @@ class RecordingProxy:
             completion_token_ids=tokens.completion_ids,
             logprobs=tokens.logprobs,
             fault=fault,
+            monitor_stop=monitor_stop,
         )
 
     async def record(
@@ -237,9 +254,12 @@ class RecordingProxy:
         error: str | None = None,
         fault: UpstreamFault | None = None,
         tokens: Tokens | None = None,
+        monitor_stop: MonitorStop | None = None,
     ) -> None:
         """Hand the call to the recorder and wait until it is committed."""
-        call = self.captured(context, status, response, tokens, error, fault)
+        call = self.captured(context, status, response, tokens, error, fault, monitor_stop)
+        if self.gate is not None and response is not None and error is None:
+            self.gate.observe(context.session, context.body, response)
         try:
             await asyncio.wrap_future(self.recorder.submit(call))
         except Exception:  # the harness still gets its answer; the operator sees why

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class FaultConfig(BaseModel):
@@ -26,6 +28,33 @@ class FaultConfig(BaseModel):
         description="Let a client force one fault with the header X-Trajforge-Fault "
         "(timeout, 5xx or truncate): for targeted robustness tests.",
     )
+
+
+class MonitorStopConfig(BaseModel):
+    """The early-failure monitor as a stop: sessions it flags are no longer forwarded."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: Path = Field(description="Model file written by `trajforge monitor train --out`.")
+    loss: float | None = Field(
+        default=None,
+        gt=0,
+        lt=1,
+        description="Use the model's threshold for this share of successful runs stopped "
+        "(one of the losses it was trained for); default: the model's default loss (0.01).",
+    )
+    threshold: float | None = Field(
+        default=None,
+        ge=0,
+        le=1,
+        description="Stop when the failure risk reaches this value (instead of `loss`).",
+    )
+
+    @model_validator(mode="after")
+    def _one_threshold_rule(self) -> MonitorStopConfig:
+        if self.loss is not None and self.threshold is not None:
+            raise ValueError("give either a loss or a threshold, not both")
+        return self
 
 
 class ProxyConfig(BaseModel):
@@ -61,3 +90,8 @@ class ProxyConfig(BaseModel):
     default_session: str = Field(default="default", description="Session of calls that name none.")
     harness: str = Field(default="proxy", description="Source harness written on trajectories.")
     faults: FaultConfig | None = Field(default=None, description="Upstream fault injection.")
+    monitor: MonitorStopConfig | None = Field(
+        default=None,
+        description="Early-failure monitor: refuse (HTTP 403) every request of a session "
+        "whose failure risk reaches the threshold, and record termination reason `monitor`.",
+    )

@@ -19,6 +19,17 @@ class UpstreamFault(BaseModel):
     injected: bool = Field(description="True when the proxy injected it on purpose.")
 
 
+class MonitorStop(BaseModel):
+    """The early-failure monitor's decision to stop a session, kept on each refused call."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    risk: float = Field(description="Failure risk of the session after its last completed step.")
+    threshold: float = Field(description="The stop threshold the risk reached.")
+    step: int = Field(description="Completed agent steps when the session was stopped.")
+    model: str = Field(description="The monitor's model file.")
+
+
 class CapturedCall(BaseModel):
     """Everything recorded about one call; secrets are scrubbed before this is built."""
 
@@ -39,6 +50,11 @@ class CapturedCall(BaseModel):
     completion_token_ids: list[int] | None = Field(default=None, description="From the upstream.")
     logprobs: list[float] | None = Field(default=None, description="Per completion token.")
     fault: UpstreamFault | None = Field(default=None, description="Upstream failure, if any.")
+    monitor_stop: MonitorStop | None = Field(
+        default=None,
+        description="Set when the call was refused, not forwarded: its session was stopped "
+        "by the early-failure monitor.",
+    )
 
     def prompt_messages(self) -> list[dict[str, Any]]:
         """The chat messages sent (a text prompt counts as one user message)."""

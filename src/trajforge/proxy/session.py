@@ -4,6 +4,9 @@ The messages are the last call's prompt plus its answer. Each call whose answer 
 its position in those messages is linked to it by `message_index`; calls made on a history
 that was later rewritten keep `message_index=None`. Every call carries its drift audit in
 `extra["drift"]`; upstream failures become `Fault`s at the index the answer would have had.
+A session stopped by the early-failure monitor ends with termination reason `monitor`; its
+refused calls are in `llm_calls` (status 403, no answer) and the decision is in
+`metadata["monitor"]`.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from typing import Any
 
 from trajforge.importers.openai_messages import to_message
 from trajforge.proxy.drift import audit, normalize_message
-from trajforge.proxy.record import CapturedCall
+from trajforge.proxy.record import CapturedCall, MonitorStop
 from trajforge.schema import Fault, LLMCall, Message, Outcome, Source, Task, Trajectory, Usage
 
 _ROLE_ALIASES = {"developer": "system", "function": "tool"}
@@ -26,7 +29,8 @@ def trajectory_id(session: str) -> str:
     return hashlib.sha256(f"proxy-session:{session}".encode()).hexdigest()[:20]
 
 
-def _to_message(record: dict[str, Any]) -> Message:
+def chat_message(record: dict[str, Any]) -> Message:
+    """A schema `Message` from an OpenAI chat message (an unreadable one is kept as user text)."""
     role = _ROLE_ALIASES.get(str(record.get("role")), record.get("role"))
     try:
         return to_message({**record, "role": role})
@@ -47,7 +51,8 @@ def _slim_response(response: dict[str, Any] | None) -> dict[str, Any] | None:
     return slim
 
 
-def _usage(response: dict[str, Any] | None) -> Usage | None:
+def response_usage(response: dict[str, Any] | None) -> Usage | None:
+    """The token usage an answer reports, or None."""
     usage = (response or {}).get("usage")
     if not isinstance(usage, dict):
         return None
@@ -71,6 +76,7 @@ class SessionState:
     outcome: Outcome = field(default_factory=Outcome)
     previous_messages: list[tuple] | None = None
     previous_tokens: list[int] | None = None
+    monitor: dict[str, Any] | None = None
 
     @property
     def next_seq(self) -> int:
@@ -84,6 +90,8 @@ class SessionState:
             self.previous_messages, self.previous_tokens, normalized, captured.prompt_token_ids
         )
         answer = captured.answer_message()
+        if captured.monitor_stop is not None:
+            self._refused_by_monitor(captured.monitor_stop)
         call = self._llm_call(captured, len(prompt), drift.model_dump())
         self.calls.append(call)
         self.answers.append(normalize_message(answer) if answer else None)
@@ -105,6 +113,12 @@ class SessionState:
             self.previous_tokens = _expected_tokens(captured)
         return call
 
+    def _refused_by_monitor(self, stop: MonitorStop) -> None:
+        """Note the monitor's stop (the first refused call decides) and count refused calls."""
+        if self.monitor is None:
+            self.monitor = {**stop.model_dump(), "seq": self.next_seq, "refused_calls": 0}
+        self.monitor["refused_calls"] += 1
+
     def _llm_call(self, captured: CapturedCall, n_prompt: int, drift: dict) -> LLMCall:
         response = captured.response or {}
         request = {k: v for k, v in captured.request.items() if k not in ("messages", "prompt")}
@@ -118,7 +132,7 @@ class SessionState:
             completion_token_ids=captured.completion_token_ids,
             logprobs=captured.logprobs,
             latency_s=captured.latency_s,
-            usage=_usage(captured.response),
+            usage=response_usage(captured.response),
             started_at=captured.started_at,
             error=captured.error,
             extra={
@@ -135,10 +149,10 @@ class SessionState:
 
     def trajectory(self) -> Trajectory:
         """The session as a trajectory (messages = last prompt + its answer)."""
-        messages = [_to_message(m) for m in self.last.prompt_messages()] if self.last else []
+        messages = [chat_message(m) for m in self.last.prompt_messages()] if self.last else []
         answer = self.last.answer_message() if self.last else None
         if answer is not None:
-            messages.append(_to_message(answer))
+            messages.append(chat_message(answer))
         final = [normalize_message(m.model_dump(exclude={"extra"})) for m in messages]
         calls = [
             self._linked(call, reply, final)
@@ -146,7 +160,7 @@ class SessionState:
         ]
         return Trajectory(
             id=trajectory_id(self.name),
-            task=Task(id=self.name, instruction=_first_user_text(messages)),
+            task=Task(id=self.name, instruction=first_user_text(messages)),
             source=Source(
                 harness=self.harness,
                 model=calls[-1].model if calls else None,
@@ -155,12 +169,25 @@ class SessionState:
             ),
             messages=messages,
             tools=list((self.last.request.get("tools") if self.last else None) or []),
-            outcome=self.outcome,
+            outcome=self._outcome(),
             usage=_total_usage(calls),
             llm_calls=calls,
             faults=list(self.faults),
-            metadata={"session": self.name, "n_calls": len(calls)},
+            metadata=self._metadata(len(calls)),
         )
+
+    def _outcome(self) -> Outcome:
+        """The outcome posted by the client; a monitor stop is its termination reason unless
+        the client gave one."""
+        if self.monitor is None or self.outcome.termination_reason is not None:
+            return self.outcome
+        return self.outcome.model_copy(update={"termination_reason": "monitor"})
+
+    def _metadata(self, n_calls: int) -> dict[str, Any]:
+        metadata: dict[str, Any] = {"session": self.name, "n_calls": n_calls}
+        if self.monitor is not None:
+            metadata["monitor"] = dict(self.monitor)
+        return metadata
 
     @staticmethod
     def _linked(call: LLMCall, answer: tuple | None, final: list[tuple]) -> LLMCall:
@@ -175,7 +202,8 @@ def _expected_tokens(captured: CapturedCall) -> list[int] | None:
     return captured.prompt_token_ids + captured.completion_token_ids
 
 
-def _first_user_text(messages: list[Message]) -> str | None:
+def first_user_text(messages: list[Message]) -> str | None:
+    """The text of the first user message (the task statement), or None."""
     return next((m.text() for m in messages if m.role == "user"), None)
 
 

@@ -1,0 +1,212 @@
+"""The early-failure monitor as a stop in the recording proxy.
+
+Before a chat completion of a session is forwarded, the run so far is scored by that session's
+`SessionMonitor`: the request's messages, with each earlier answer the proxy relayed linked to
+the assistant message it produced (its usage, and its reasoning text when the upstream gave
+one, as the monitor's features expect them). When the risk after the last completed step
+reaches the threshold, the request is not forwarded: the client gets `refusal_response`, and
+so does every later request of that session, without scoring again.
+
+The refusal is HTTP 403 with an OpenAI-style error (code `monitor_stop`), the header
+`X-Trajforge-Stop: monitor` and `x-should-retry: false`: the openai SDK retries 408, 409, 429
+and 5xx (and obeys that header), and mini-swe-agent aborts on a 403 (PermissionDeniedError)
+but retries a 400.
+
+Scoring is CPU work that grows with the run, so it runs on a small thread pool, one decision
+at a time per session (an asyncio lock: in arrival order), while the event loop keeps relaying
+other calls. A request with fewer completed steps than the detector's `min_step` cannot be
+stopped and is not scored. A scoring failure is logged and the request is forwarded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from fastapi.responses import JSONResponse
+
+from trajforge.errors import UserError
+from trajforge.models.mock_answers import error_body
+from trajforge.proxy.config import MonitorStopConfig
+from trajforge.proxy.drift import normalize_message
+from trajforge.proxy.record import MonitorStop
+from trajforge.proxy.session import chat_message, first_user_text, response_usage
+from trajforge.schema import LLMCall, Message, Task, Trajectory, Usage
+
+if TYPE_CHECKING:  # scikit-learn loads only when a monitor is configured
+    from trajforge.monitor import SessionMonitor
+    from trajforge.monitor.detectors import Detector
+
+log = logging.getLogger("trajforge.proxy")
+
+STOP_HEADER = "X-Trajforge-Stop"
+STOP_CODE = "monitor_stop"
+STOP_STATUS = 403
+SCORING_THREADS = 2
+
+
+@dataclass(frozen=True)
+class RelayedAnswer:
+    """An answer the proxy relayed to a session, as the monitor needs it."""
+
+    message: tuple
+    """The answer as `normalize_message` sees it (to find it again in later prompts)."""
+    usage: Usage | None
+    reasoning: str
+
+
+@dataclass
+class SessionGuard:
+    """One session's monitor, the answers it was given (by message index) and its stop."""
+
+    name: str
+    monitor: SessionMonitor
+    model: str
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    answers: dict[int, RelayedAnswer] = field(default_factory=dict)
+    stop: MonitorStop | None = None
+
+    def decide(self, messages: list[dict], answers: dict[int, RelayedAnswer]) -> MonitorStop | None:
+        """Score the run so far (in a worker thread); the stop when it reaches the threshold."""
+        if not self.monitor.should_stop(run_so_far(self.name, messages, answers)):
+            return None
+        return MonitorStop(
+            risk=float(self.monitor.last_risk),
+            threshold=float(self.monitor.threshold),
+            step=completed_steps(messages),
+            model=self.model,
+        )
+
+
+def completed_steps(messages: list) -> int:
+    """Assistant messages in a prompt whose observations follow them."""
+    count = sum(1 for m in messages if isinstance(m, dict) and m.get("role") == "assistant")
+    last = messages[-1] if messages else None
+    return count - 1 if isinstance(last, dict) and last.get("role") == "assistant" else count
+
+
+def run_so_far(session: str, messages: list[dict], answers: dict[int, RelayedAnswer]) -> Trajectory:
+    """The session as a trajectory up to this request: its messages, and the proxy's answers
+    linked (as `LLMCall`s with their usage) where they still sit in the prompt unchanged."""
+    converted = [chat_message(m) for m in messages]
+    calls = []
+    for index, answer in sorted(answers.items()):
+        if index >= len(messages) or normalize_message(messages[index]) != answer.message:
+            continue
+        calls.append(LLMCall(id=f"{session}/{index}", message_index=index, usage=answer.usage))
+        if answer.reasoning:
+            converted[index] = _with_reasoning(converted[index], answer.reasoning)
+    task = Task(id=session, instruction=first_user_text(converted))
+    return Trajectory(task=task, messages=converted, llm_calls=calls)
+
+
+def _with_reasoning(message: Message, reasoning: str) -> Message:
+    """The message with its reasoning where the step extractor reads it (the raw response)."""
+    response = {"choices": [{"message": {"reasoning": reasoning}}]}
+    return message.model_copy(update={"extra": {**message.extra, "response": response}})
+
+
+def _answer_message(response: dict[str, Any]) -> dict[str, Any] | None:
+    choices = response.get("choices")
+    choice = choices[0] if isinstance(choices, list) and choices else None
+    message = choice.get("message") if isinstance(choice, dict) else None
+    return message if isinstance(message, dict) else None
+
+
+def refusal_message(session: str, stop: MonitorStop) -> str:
+    return (
+        f"session '{session}' was stopped by the trajforge failure monitor after step "
+        f"{stop.step}: failure risk {stop.risk:.3f} >= threshold {stop.threshold:.3f}; "
+        "its requests are no longer forwarded"
+    )
+
+
+def refusal_response(message: str) -> JSONResponse:
+    """The answer to every request of a stopped session (not retried by the openai SDK)."""
+    return JSONResponse(
+        error_body(message, "permission_error", STOP_CODE),
+        status_code=STOP_STATUS,
+        headers={STOP_HEADER: "monitor", "x-should-retry": "false"},
+    )
+
+
+def stop_threshold(detector: Detector, config: MonitorStopConfig) -> float:
+    """The configured threshold, or the detector's threshold for the configured loss."""
+    if config.threshold is not None:
+        return config.threshold
+    loss = detector.config.default_loss if config.loss is None else config.loss
+    threshold = detector.thresholds.get(str(loss))
+    if threshold is None:
+        known = ", ".join(sorted(detector.thresholds)) or "none"
+        raise UserError(
+            f"{config.model}: the model has no threshold for loss {loss} (it has: {known}); "
+            "pick one of those or give a threshold"
+        )
+    return threshold
+
+
+class MonitorGate:
+    """The proxy's monitor: one detector loaded at start-up, one `SessionGuard` per session."""
+
+    def __init__(self, config: MonitorStopConfig) -> None:
+        from trajforge.monitor import SessionMonitor, load_detector
+
+        self.config = config
+        self._session_monitor = SessionMonitor
+        self.detector = load_detector(config.model)
+        self.threshold = stop_threshold(self.detector, config)
+        self.guards: dict[str, SessionGuard] = {}
+        self._pool = ThreadPoolExecutor(SCORING_THREADS, thread_name_prefix="trajforge-monitor")
+
+    def _guard(self, session: str) -> SessionGuard:
+        guard = self.guards.get(session)
+        if guard is None:
+            monitor = self._session_monitor(self.detector, self.threshold)
+            guard = self.guards[session] = SessionGuard(session, monitor, str(self.config.model))
+        return guard
+
+    async def check(self, session: str, endpoint: str, body: dict[str, Any]) -> MonitorStop | None:
+        """The session's stop, deciding it first for a chat completion that could be stopped."""
+        guard = self._guard(session)
+        messages = body.get("messages")
+        if guard.stop is not None or endpoint != "chat/completions":
+            return guard.stop
+        if not _scorable(messages) or completed_steps(messages) < guard.monitor.min_step:
+            return None
+        async with guard.lock:
+            if guard.stop is None:
+                guard.stop = await self._decide(guard, list(messages))
+        return guard.stop
+
+    async def _decide(self, guard: SessionGuard, messages: list[dict]) -> MonitorStop | None:
+        loop = asyncio.get_running_loop()
+        answers = dict(guard.answers)  # a snapshot: answers keep arriving on the event loop
+        try:
+            return await loop.run_in_executor(self._pool, guard.decide, messages, answers)
+        except Exception:  # the monitor must not break the harness: forward, and say why
+            log.exception("monitor could not score session %s; forwarding", guard.name)
+            return None
+
+    def observe(self, session: str, body: dict[str, Any], response: dict[str, Any]) -> None:
+        """Remember a chat answer the proxy relayed (its place, usage and reasoning)."""
+        guard = self.guards.get(session)
+        messages = body.get("messages")
+        answer = _answer_message(response)
+        if guard is None or answer is None or not isinstance(messages, list):
+            return
+        reasoning = answer.get("reasoning") or answer.get("reasoning_content") or ""
+        guard.answers[len(messages)] = RelayedAnswer(
+            message=normalize_message(answer),
+            usage=response_usage(response),
+            reasoning=reasoning if isinstance(reasoning, str) else "",
+        )
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _scorable(messages: Any) -> bool:
+    return isinstance(messages, list) and all(isinstance(m, dict) for m in messages)
