@@ -50,6 +50,9 @@ def test_cross_validated_eval_prints_the_required_keys(monitor_db):
     summary = orjson.loads(result.stdout)
     assert summary["runs"] == 100 and summary["folds"] == 3
     assert all(0 <= v <= 1 for v in summary["tokens_saved_at_loss"].values())
+    ceiling = summary["headroom"]
+    assert 0 <= ceiling["hindsight_auroc"] <= 1
+    assert set(ceiling["perfect_tokens_saved_at_step"]) == {"5", "10", "20"}
 
 
 def test_bad_model_file_and_empty_run_are_one_line_errors(monitor_db, tmp_path):
