@@ -59,6 +59,25 @@ class RelayedAnswer:
 
 
 @dataclass
+class ConvertedPrompt:
+    """The schema messages of a session's last prompt; the next prompt converts only the
+    messages that differ from it (a harness resends its whole history every call)."""
+
+    raw: list[dict] = field(default_factory=list)
+    messages: list[Message] = field(default_factory=list)
+
+    def convert(self, prompt: list[dict]) -> list[Message]:
+        same = 0
+        for old, new in zip(self.raw, prompt, strict=False):
+            if old != new:
+                break
+            same += 1
+        self.messages = self.messages[:same] + [chat_message(m) for m in prompt[same:]]
+        self.raw = prompt
+        return list(self.messages)
+
+
+@dataclass
 class SessionGuard:
     """One session's monitor, the answers it was given (by message index) and its stop."""
 
@@ -68,10 +87,13 @@ class SessionGuard:
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     answers: dict[int, RelayedAnswer] = field(default_factory=dict)
     stop: MonitorStop | None = None
+    prompt: ConvertedPrompt = field(default_factory=ConvertedPrompt)
 
     def decide(self, messages: list[dict], answers: dict[int, RelayedAnswer]) -> MonitorStop | None:
-        """Score the run so far (in a worker thread); the stop when it reaches the threshold."""
-        if not self.monitor.should_stop(run_so_far(self.name, messages, answers)):
+        """Score the run so far (in a worker thread, one call at a time per session); the
+        stop when its risk reaches the threshold."""
+        run = run_so_far(self.name, messages, answers, self.prompt.convert(messages))
+        if not self.monitor.should_stop(run):
             return None
         return MonitorStop(
             risk=float(self.monitor.last_risk),
@@ -79,6 +101,12 @@ class SessionGuard:
             step=completed_steps(messages),
             model=self.model,
         )
+
+    def release(self) -> None:
+        """Drop what only later decisions need (a stopped session is not scored again)."""
+        self.prompt = ConvertedPrompt()
+        self.answers.clear()
+        self.monitor.reset()
 
 
 def completed_steps(messages: list) -> int:
@@ -88,10 +116,17 @@ def completed_steps(messages: list) -> int:
     return count - 1 if isinstance(last, dict) and last.get("role") == "assistant" else count
 
 
-def run_so_far(session: str, messages: list[dict], answers: dict[int, RelayedAnswer]) -> Trajectory:
-    """The session as a trajectory up to this request: its messages, and the proxy's answers
-    linked (as `LLMCall`s with their usage) where they still sit in the prompt unchanged."""
-    converted = [chat_message(m) for m in messages]
+def run_so_far(
+    session: str,
+    messages: list[dict],
+    answers: dict[int, RelayedAnswer],
+    converted: list[Message] | None = None,
+) -> Trajectory:
+    """The session as a trajectory up to this request: its messages (`converted` when given),
+    and the proxy's answers linked (as `LLMCall`s with their usage) where they still sit in
+    the prompt unchanged."""
+    if converted is None:
+        converted = [chat_message(m) for m in messages]
     calls = []
     for index, answer in sorted(answers.items()):
         if index >= len(messages) or normalize_message(messages[index]) != answer.message:
@@ -179,6 +214,8 @@ class MonitorGate:
         async with guard.lock:
             if guard.stop is None:
                 guard.stop = await self._decide(guard, list(messages))
+                if guard.stop is not None:
+                    guard.release()
         return guard.stop
 
     async def _decide(self, guard: SessionGuard, messages: list[dict]) -> MonitorStop | None:
