@@ -278,3 +278,24 @@ def test_a_loss_the_model_has_no_threshold_for_is_refused(
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ")
     assert "no threshold for loss 0.03" in lines[0] and "0.01" in lines[0]
+
+
+def test_the_proxy_command_stops_a_session_with_its_monitor(
+    cli_server, free_port, tmp_path: Path, failing_run: Trajectory, model_file: Path, detector
+) -> None:
+    replay = Replay(_conversation(failing_run))
+    min_step = detector.config.min_step
+    with MockOpenAIServer(replay.answer) as upstream:
+        port = free_port()
+        args = ["proxy", "--upstream", upstream.base_url, "--port", str(port)]
+        args += ["--db", str(tmp_path / "cli.db"), "--monitor", str(model_file)]
+        cli_server(
+            *args, "--monitor-threshold", "0", ready_url=f"http://127.0.0.1:{port}/v1/models"
+        )
+        url = f"http://127.0.0.1:{port}/s/cli-run/v1/chat/completions"
+        early = httpx.post(url, json={"model": "m", "messages": replay.prompt(min_step - 1)})
+        assert early.status_code == 200 and len(upstream.requests) == 1
+        stopped = httpx.post(url, json={"model": "m", "messages": replay.prompt(min_step)})
+        assert stopped.status_code == 403 and len(upstream.requests) == 1
+        assert stopped.json()["error"]["code"] == "monitor_stop"
+        assert f"after step {min_step}:" in stopped.json()["error"]["message"]
