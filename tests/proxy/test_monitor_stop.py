@@ -210,26 +210,55 @@ def test_failing_run_is_stopped_where_its_offline_risk_curve_says(
     assert other.outcome.termination_reason is None and "monitor" not in other.metadata
 
 
-def test_a_stop_survives_a_proxy_killed_before_assembling_the_session(
+def _monitoring(upstream: str, model: Path, threshold: float) -> ProxyConfig:
+    return ProxyConfig(
+        upstream=upstream, monitor=MonitorStopConfig(model=model, threshold=threshold)
+    )
+
+
+def test_a_restarted_proxy_keeps_its_stops_and_the_answers_it_relayed(
     tmp_path: Path, failing_run: Trajectory, model_file: Path
 ) -> None:
-    """The refused call's row carries the stop: re-assembly on the next start restores it."""
+    """The refused call's row carries the stop: a proxy killed before assembling the session
+    re-assembles it as stopped, and after a restart the session is still refused (even at a
+    threshold that would not stop it) while other sessions keep the usage of their answers."""
     replay = Replay(_conversation(failing_run))
-    config = ProxyConfig(
-        upstream="http://127.0.0.1:9/v1",  # never reached: the threshold 0 stops at min_step
-        monitor=MonitorStopConfig(model=model_file, threshold=0.0),
-    )
-    db = tmp_path / "killed.db"
-    step = len(replay.replies) - 1  # the first request the session sends is past min_step
-    with ProxyServer(config, db) as proxy, pytest.raises(openai.PermissionDeniedError):
-        _replay(_client(proxy.session_url("s")), replay, range(step, step + 1))
+    db = tmp_path / "restarted.db"
+    unreachable = "http://127.0.0.1:9/v1"  # a forwarded request would get a 502
+    step = len(replay.replies) - 1  # past min_step: the threshold 0 stops there
+    with (
+        MockOpenAIServer(replay.answer) as upstream,
+        ProxyServer(_monitoring(upstream.base_url, model_file, 1.0), db) as first,
+    ):
+        _replay(_client(first.session_url("kept")), replay, range(4))
+        relayed = dict(first.proxy.gate.guards["kept"].answers)
+    assert len(relayed) == 4 and all(a.usage.prompt_tokens for a in relayed.values())
+    with (
+        ProxyServer(_monitoring(unreachable, model_file, 0.0), db) as second,
+        pytest.raises(openai.PermissionDeniedError),
+    ):
+        _replay(_client(second.session_url("s")), replay, range(step, step + 1))
     with sqlite3.connect(db) as connection:  # as if the proxy died before its refresh
         connection.execute("DELETE FROM trajectories")
-    with ProxyServer(ProxyConfig(upstream="http://127.0.0.1:9/v1"), db):
-        pass
+
+    with ProxyServer(_monitoring(unreachable, model_file, 1.0), db) as third:
+        for session, done, status in (("s", step, 403), ("kept", 4, 502)):
+            answer = httpx.post(
+                f"{third.session_url(session)}/chat/completions",
+                json={"model": "m", "messages": replay.prompt(done)},
+            )
+            assert answer.status_code == status, answer.text
+        assert (
+            f"after step {step}:"
+            in httpx.post(
+                f"{third.session_url('s')}/chat/completions", json={"model": "m", "messages": []}
+            ).text
+        )
+        assert third.proxy.gate.guards["kept"].answers == relayed
     stored = Store(db).get(trajectory_id("s"))
     assert stored.outcome.termination_reason == "monitor"
     assert stored.metadata["monitor"]["step"] == step
+    assert stored.metadata["monitor"]["refused_calls"] == 3
 
 
 def _assert_same_steps(runs: list[Trajectory]) -> set[str]:

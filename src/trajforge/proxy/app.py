@@ -83,6 +83,8 @@ class RecordingProxy:
     async def _lifespan(self, app: FastAPI) -> AsyncIterator[None]:
         self.store = Store(self.db)
         self.recorder = Recorder(self.store, harness=self.config.harness)
+        if self.gate is not None:
+            self.gate.recorder = self.recorder
         self.upstream = Upstream(self.config)
         try:
             yield

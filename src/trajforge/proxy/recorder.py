@@ -7,11 +7,13 @@ it happens after the futures are resolved, once no call has come for `IDLE_REFRE
 at least every `REFRESH_INTERVAL_S` under steady load. A session met for the first time since
 start-up is rebuilt from its stored rows, so a restarted proxy continues a session where it
 stopped, and `repair()` re-assembles sessions whose trajectory missed calls (a proxy killed
-before its last refresh).
+before its last refresh). `monitor_memory(session)` gives a restarted proxy's failure
+monitor what it knew of a session: its stop (kept on the refused calls) and its answers.
 """
 
 from __future__ import annotations
 
+import copy
 import logging
 import queue
 import threading
@@ -37,6 +39,7 @@ class _Job:
     call: CapturedCall | None = None
     outcome: tuple[str, Outcome] | None = None
     flush: bool = False
+    memory_of: str | None = None
 
 
 class Recorder:
@@ -61,6 +64,13 @@ class Recorder:
     def set_outcome(self, session: str, outcome: Outcome) -> Future:
         """Record how a session ended (reward for RL export); resolves to the trajectory id."""
         job = _Job(Future(), outcome=(session, outcome), flush=True)
+        self._queue.put(job)
+        return job.future
+
+    def monitor_memory(self, session: str) -> Future:
+        """Resolves to (the monitor's stop recorded for a session, as in `metadata["monitor"]`
+        of its trajectory, or None; `SessionState.relayed_answers()`)."""
+        job = _Job(Future(), memory_of=session)
         self._queue.put(job)
         return job.future
 
@@ -161,6 +171,9 @@ class Recorder:
                     state.outcome = job.outcome[1]
                     self._dirty[state.name] = state
                     results.append(trajectory_id(state.name))
+                elif job.memory_of is not None:
+                    state = self._state(job.memory_of)
+                    results.append((copy.copy(state.monitor), state.relayed_answers()))
                 else:
                     results.append(None)
         return results

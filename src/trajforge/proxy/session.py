@@ -113,6 +113,14 @@ class SessionState:
             self.previous_tokens = _expected_tokens(captured)
         return call
 
+    def relayed_answers(self) -> list[tuple[int, tuple, LLMCall]]:
+        """(message index, normalized answer, call) of every call that got an answer."""
+        return [
+            (call.extra["prompt_messages"], answer, call)
+            for call, answer in zip(self.calls, self.answers, strict=True)
+            if answer is not None
+        ]
+
     def _refused_by_monitor(self, stop: MonitorStop) -> None:
         """Note the monitor's stop (the first refused call decides) and count refused calls."""
         if self.monitor is None:

@@ -33,6 +33,7 @@ from trajforge.models.mock_answers import error_body
 from trajforge.proxy.config import MonitorStopConfig
 from trajforge.proxy.drift import normalize_message
 from trajforge.proxy.record import MonitorStop
+from trajforge.proxy.recorder import Recorder
 from trajforge.proxy.session import chat_message, first_user_text, response_usage
 from trajforge.schema import LLMCall, Message, Task, Trajectory, Usage
 
@@ -144,6 +145,13 @@ def _with_reasoning(message: Message, reasoning: str) -> Message:
     return message.model_copy(update={"extra": {**message.extra, "response": response}})
 
 
+def relayed_answer(message: tuple, usage: Usage | None, raw: dict | None) -> RelayedAnswer:
+    """A `RelayedAnswer` from a normalized answer, its usage and the raw answer message (for
+    its reasoning text: `reasoning`, or vLLM's `reasoning_content`)."""
+    reasoning = (raw or {}).get("reasoning") or (raw or {}).get("reasoning_content")
+    return RelayedAnswer(message, usage, reasoning if isinstance(reasoning, str) else "")
+
+
 def _answer_message(response: dict[str, Any]) -> dict[str, Any] | None:
     choices = response.get("choices")
     choice = choices[0] if isinstance(choices, list) and choices else None
@@ -190,22 +198,47 @@ class MonitorGate:
         from trajforge.monitor import SessionMonitor, load_detector
 
         self.config = config
+        self.model = str(config.model)
+        self.recorder: Recorder | None = None
+        """Set by the proxy once its recorder runs: where recorded stops are looked up."""
         self._session_monitor = SessionMonitor
         self.detector = load_detector(config.model)
         self.threshold = stop_threshold(self.detector, config)
         self.guards: dict[str, SessionGuard] = {}
         self._pool = ThreadPoolExecutor(SCORING_THREADS, thread_name_prefix="trajforge-monitor")
 
-    def _guard(self, session: str) -> SessionGuard:
+    async def _guard(self, session: str) -> SessionGuard:
+        """The session's guard. A session met for the first time since start-up starts from
+        what is recorded of it (calls from before a restart): its stop and its answers."""
         guard = self.guards.get(session)
-        if guard is None:
-            monitor = self._session_monitor(self.detector, self.threshold)
-            guard = self.guards[session] = SessionGuard(session, monitor, str(self.config.model))
+        if guard is not None:
+            return guard
+        stop, answers = await self._recorded(session)
+        monitor = self._session_monitor(self.detector, self.threshold)
+        guard = self.guards.setdefault(session, SessionGuard(session, monitor, self.model))
+        if not guard.answers and guard.stop is None:
+            guard.stop, guard.answers = stop, answers
         return guard
+
+    async def _recorded(self, session: str) -> tuple[MonitorStop | None, dict[int, RelayedAnswer]]:
+        if self.recorder is None:
+            return None, {}
+        try:
+            stop, relayed = await asyncio.wrap_future(self.recorder.monitor_memory(session))
+        except Exception:  # scoring still works, with token counts estimated
+            log.exception("could not read what is recorded of session %s", session)
+            return None, {}
+        answers = {
+            index: relayed_answer(message, call.usage, _answer_message(call.response or {}))
+            for index, message, call in relayed
+        }
+        if stop is None:
+            return None, answers
+        return MonitorStop(**{name: stop[name] for name in MonitorStop.model_fields}), answers
 
     async def check(self, session: str, endpoint: str, body: dict[str, Any]) -> MonitorStop | None:
         """The session's stop, deciding it first for a chat completion that could be stopped."""
-        guard = self._guard(session)
+        guard = await self._guard(session)
         messages = body.get("messages")
         if guard.stop is not None or endpoint != "chat/completions":
             return guard.stop
@@ -234,11 +267,8 @@ class MonitorGate:
         answer = _answer_message(response)
         if guard is None or answer is None or not isinstance(messages, list):
             return
-        reasoning = answer.get("reasoning") or answer.get("reasoning_content") or ""
-        guard.answers[len(messages)] = RelayedAnswer(
-            message=normalize_message(answer),
-            usage=response_usage(response),
-            reasoning=reasoning if isinstance(reasoning, str) else "",
+        guard.answers[len(messages)] = relayed_answer(
+            normalize_message(answer), response_usage(response), answer
         )
 
     def close(self) -> None:
