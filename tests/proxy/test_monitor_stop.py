@@ -328,3 +328,29 @@ def test_the_proxy_command_stops_a_session_with_its_monitor(
         assert stopped.status_code == 403 and len(upstream.requests) == 1
         assert stopped.json()["error"]["code"] == "monitor_stop"
         assert f"after step {min_step}:" in stopped.json()["error"]["message"]
+
+
+class _FailingDetector:
+    """The trained detector, except that scoring raises (e.g. a damaged estimator)."""
+
+    def __init__(self, detector: Detector) -> None:
+        self.name, self.config, self.thresholds = detector.name, detector.config, {}
+
+    def risk(self, features: np.ndarray) -> np.ndarray:
+        raise ValueError(f"expected {features.shape[1] + 1} features")
+
+
+def test_a_scoring_failure_forwards_the_request_and_is_logged(
+    tmp_path: Path, failing_run: Trajectory, model_file: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    replay = Replay(_conversation(failing_run))
+    step = len(replay.replies) - 1
+    with (
+        MockOpenAIServer(replay.answer) as upstream,
+        ProxyServer(_monitoring(upstream.base_url, model_file, 0.0), tmp_path / "f.db") as proxy,
+    ):
+        proxy.proxy.gate.detector = _FailingDetector(proxy.proxy.gate.detector)
+        _replay(_client(proxy.session_url("s")), replay, range(step, step + 1))
+        assert len(upstream.requests) == 1
+    assert "monitor could not score session s; forwarding" in caplog.text
+    assert "expected" in caplog.text
