@@ -39,6 +39,16 @@ OutcomeOption = Annotated[
     str | None, typer.Option("--outcome", help="Only 'success' or 'failure' runs.")
 ]
 LimitOption = Annotated[int | None, typer.Option("--limit", help="At most this many runs.")]
+BaseUrlOption = Annotated[
+    str | None,
+    typer.Option("--base-url", envvar="TRAJFORGE_BASE_URL", help="OpenAI-compatible endpoint URL."),
+]
+LlmModelOption = Annotated[
+    str | None, typer.Option("--llm-model", envvar="TRAJFORGE_MODEL", help="Model name there.")
+]
+ApiKeyOption = Annotated[
+    str | None, typer.Option("--api-key", envvar="TRAJFORGE_API_KEY", help="API key there.")
+]
 
 
 def make_filter(

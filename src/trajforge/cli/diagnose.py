@@ -9,11 +9,13 @@ import typer
 from rich.table import Table
 
 from trajforge.cli.common import (
+    BaseUrlOption,
     DbOption,
     EnvOption,
     HarnessOption,
     JsonOption,
     LimitOption,
+    LlmModelOption,
     ModelOption,
     TaskOption,
     console,
@@ -37,12 +39,6 @@ MethodOption = Annotated[
 ]
 IdsOption = Annotated[
     list[str] | None, typer.Option("--id", help="Only these trajectory ids (or prefixes).")
-]
-BaseUrlOption = Annotated[
-    str | None, typer.Option("--base-url", help="LLM judge endpoint ($TRAJFORGE_BASE_URL).")
-]
-LlmModelOption = Annotated[
-    str | None, typer.Option("--llm-model", help="LLM judge model name ($TRAJFORGE_MODEL).")
 ]
 JudgeModeOption = Annotated[
     str, typer.Option("--judge-mode", help="LLM judge: all-at-once or step-by-step.")

@@ -10,11 +10,14 @@ from rich.console import Console
 from rich.table import Table
 
 from trajforge.cli.common import (
+    ApiKeyOption,
+    BaseUrlOption,
     DbOption,
     EnvOption,
     HarnessOption,
     JsonOption,
     LimitOption,
+    LlmModelOption,
     ModelOption,
     OutcomeOption,
     TaskOption,
@@ -41,15 +44,6 @@ ErrorRateArg = Annotated[
 ]
 UserArg = Annotated[str, typer.Option("--user", help="User simulator: scripted or llm.")]
 MaxStepsArg = Annotated[int, typer.Option("--max-steps", min=1, help="Assistant steps at most.")]
-BaseUrlArg = Annotated[
-    str | None, typer.Option("--base-url", help="llm: endpoint URL ($TRAJFORGE_BASE_URL).")
-]
-LlmModelArg = Annotated[
-    str | None, typer.Option("--llm-model", help="llm: model name ($TRAJFORGE_MODEL).")
-]
-ApiKeyArg = Annotated[
-    str | None, typer.Option("--api-key", help="llm: API key ($TRAJFORGE_API_KEY).")
-]
 
 
 def replay_command(
@@ -138,9 +132,9 @@ def fork_command(
     error_rate: ErrorRateArg = 0.2,
     user: UserArg = "scripted",
     max_steps: MaxStepsArg = 50,
-    base_url: BaseUrlArg = None,
-    llm_model: LlmModelArg = None,
-    api_key: ApiKeyArg = None,
+    base_url: BaseUrlOption = None,
+    llm_model: LlmModelOption = None,
+    api_key: ApiKeyOption = None,
     db: DbOption = None,
     json_out: JsonOption = False,
 ) -> None:
@@ -198,9 +192,9 @@ def handoff_command(
     error_rate: ErrorRateArg = 0.2,
     user: UserArg = "scripted",
     max_steps: MaxStepsArg = 50,
-    base_url: BaseUrlArg = None,
-    llm_model: LlmModelArg = None,
-    api_key: ApiKeyArg = None,
+    base_url: BaseUrlOption = None,
+    llm_model: LlmModelOption = None,
+    api_key: ApiKeyOption = None,
     save: Annotated[
         bool, typer.Option("--save", help="Store the reacher and solver runs (in --db).")
     ] = False,

@@ -10,7 +10,17 @@ from rich import progress as rich_progress
 from rich.console import Console
 from rich.table import Table
 
-from trajforge.cli.common import DbOption, JsonOption, console, err_console, open_store, print_json
+from trajforge.cli.common import (
+    ApiKeyOption,
+    BaseUrlOption,
+    DbOption,
+    JsonOption,
+    LlmModelOption,
+    console,
+    err_console,
+    open_store,
+    print_json,
+)
 from trajforge.envs.faults import check_tools, parse_fault_spec
 from trajforge.evaluate.robustness import BASELINE, ConditionReport, robustness_report
 from trajforge.generate.rft import RFTConfig, select, totals, write_sft
@@ -45,15 +55,6 @@ SeedArg = Annotated[int, typer.Option("--seed", help="Batch seed (policies and f
 MaxStepsArg = Annotated[int, typer.Option("--max-steps", help="Assistant steps per episode.")]
 MaxTokensArg = Annotated[int | None, typer.Option("--max-tokens", help="Model tokens at most.")]
 MaxWallArg = Annotated[float | None, typer.Option("--max-wall", help="Seconds per episode.")]
-BaseUrlArg = Annotated[
-    str | None, typer.Option("--base-url", envvar="TRAJFORGE_BASE_URL", help="llm: endpoint URL.")
-]
-LlmModelArg = Annotated[
-    str | None, typer.Option("--llm-model", envvar="TRAJFORGE_MODEL", help="llm: model name.")
-]
-ApiKeyArg = Annotated[
-    str | None, typer.Option("--api-key", envvar="TRAJFORGE_API_KEY", help="llm: API key.")
-]
 TemperatureArg = Annotated[float, typer.Option("--temperature", help="llm: temperature.")]
 ErrorRateArg = Annotated[float, typer.Option("--error-rate", help="noisy-expert: error rate.")]
 RunArg = Annotated[str | None, typer.Option("--run", help="Run name stored with each episode.")]
@@ -159,9 +160,9 @@ def rollout_command(
     max_steps: MaxStepsArg = 50,
     max_tokens: MaxTokensArg = None,
     max_wall: MaxWallArg = None,
-    base_url: BaseUrlArg = None,
-    llm_model: LlmModelArg = None,
-    api_key: ApiKeyArg = None,
+    base_url: BaseUrlOption = None,
+    llm_model: LlmModelOption = None,
+    api_key: ApiKeyOption = None,
     temperature: TemperatureArg = 0.0,
     error_rate: ErrorRateArg = 0.2,
     run: RunArg = None,
@@ -212,9 +213,9 @@ def rft_command(
     backend: BackendArg = "local",
     seed: SeedArg = 0,
     max_steps: MaxStepsArg = 50,
-    base_url: BaseUrlArg = None,
-    llm_model: LlmModelArg = None,
-    api_key: ApiKeyArg = None,
+    base_url: BaseUrlOption = None,
+    llm_model: LlmModelOption = None,
+    api_key: ApiKeyOption = None,
     temperature: TemperatureArg = 0.7,
     error_rate: ErrorRateArg = 0.2,
     db: DbOption = None,
@@ -265,9 +266,9 @@ def robustness_command(
     backend: BackendArg = "local",
     seed: SeedArg = 0,
     max_steps: MaxStepsArg = 50,
-    base_url: BaseUrlArg = None,
-    llm_model: LlmModelArg = None,
-    api_key: ApiKeyArg = None,
+    base_url: BaseUrlOption = None,
+    llm_model: LlmModelOption = None,
+    api_key: ApiKeyOption = None,
     temperature: TemperatureArg = 0.0,
     error_rate: ErrorRateArg = 0.2,
     db: DbOption = None,
