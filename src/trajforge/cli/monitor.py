@@ -9,17 +9,21 @@ import typer
 from rich.table import Table
 
 from trajforge.cli.common import (
+    ApiKeyOption,
+    BaseUrlOption,
     DbOption,
     EnvOption,
     HarnessOption,
     JsonOption,
     LimitOption,
+    LlmModelOption,
     TaskOption,
     console,
     guarded,
     make_filter,
     open_store,
     print_json,
+    progress_bar,
 )
 from trajforge.errors import UserError
 from trajforge.schema import Trajectory
@@ -197,6 +201,42 @@ def render_risk(traj: Trajectory, model_file: Path) -> None:
     _print_curve(traj, detector, risk_curve(traj, detector))
 
 
+def judge_command(
+    step: Annotated[int, typer.Option("--step", min=1, help="Judge runs after this step.")] = 20,
+    base_url: BaseUrlOption = None,
+    llm_model: LlmModelOption = None,
+    api_key: ApiKeyOption = None,
+    workers: Annotated[int, typer.Option("--workers", min=1, help="Concurrent calls.")] = 4,
+    db: DbOption = None,
+    harness: HarnessOption = None,
+    agent_model: AgentModelOption = None,
+    env: EnvOption = None,
+    task: TaskOption = None,
+    limit: LimitOption = None,
+    json_out: JsonOption = False,
+) -> None:
+    """Ask a chat model for the failure risk of each run after --step; AUROC of its answers."""
+    from trajforge.models.openai_compat import OpenAICompatibleModel, OpenAIModelConfig
+    from trajforge.monitor.judge import PrefixJudge, judge_at_step
+
+    config = OpenAIModelConfig(base_url=base_url, model=llm_model, api_key=api_key)
+    judge = PrefixJudge(OpenAICompatibleModel(config))
+    with open_store(db) as store:
+        trajs = list(store.query(make_filter(harness, agent_model, env, task, None, limit)))
+    going = sum(len(t.assistant_indices()) > step for t in trajs)
+    with progress_bar(json_out) as progress:
+        bar = progress.add_task(f"judging step {step}", total=going)
+        summary = judge_at_step(judge, trajs, step, workers, lambda: progress.advance(bar))
+    if json_out:
+        print_json(summary)
+        return
+    console.print(
+        f"judge {summary['judge']} at step {step}: {summary['runs']} runs "
+        f"({summary['failed']} failed), AUROC {summary['auroc']}, AUPRC {summary['auprc']}"
+    )
+
+
 app.command("train")(guarded(train_command))
 app.command("eval")(guarded(eval_command))
 app.command("score")(guarded(score_command))
+app.command("judge")(guarded(judge_command))
