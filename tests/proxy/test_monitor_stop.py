@@ -27,8 +27,7 @@ from trajforge.monitor.detectors import Detector
 from trajforge.monitor.scoring import risk_curve
 from trajforge.monitor.steps import extract_steps
 from trajforge.monitor.stoprule import stop_step
-from trajforge.proxy import ProxyConfig, ProxyServer
-from trajforge.proxy.config import MonitorStopConfig
+from trajforge.proxy import MonitorStopConfig, ProxyConfig, ProxyServer
 from trajforge.proxy.session import trajectory_id
 from trajforge.proxy.stop import run_so_far
 from trajforge.schema import Trajectory

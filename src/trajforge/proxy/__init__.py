@@ -5,7 +5,14 @@ with its token ids and logprobs, and each session becomes one trajectory in the 
 """
 
 from trajforge.proxy.app import RecordingProxy, build_proxy_app
-from trajforge.proxy.config import FaultConfig, ProxyConfig
+from trajforge.proxy.config import FaultConfig, MonitorStopConfig, ProxyConfig
 from trajforge.proxy.server import ProxyServer
 
-__all__ = ["FaultConfig", "ProxyConfig", "ProxyServer", "RecordingProxy", "build_proxy_app"]
+__all__ = [
+    "FaultConfig",
+    "MonitorStopConfig",
+    "ProxyConfig",
+    "ProxyServer",
+    "RecordingProxy",
+    "build_proxy_app",
+]
