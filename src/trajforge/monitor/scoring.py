@@ -47,13 +47,9 @@ def risk_curve(traj: Trajectory, model: Detector) -> list[tuple[int, float]]:
 def completed_steps(traj: Trajectory) -> list[Step]:
     """The steps whose observations are in: a final assistant message with nothing after it
     (its tool calls not yet run) is left out."""
-    return drop_pending(extract_steps(traj))
-
-
-def drop_pending(steps: list[Step]) -> list[Step]:
-    """`steps` without the run's last step when nothing follows its assistant message."""
+    steps = extract_steps(traj)
     if steps and steps[-1].end == steps[-1].index + 1:
-        return steps[:-1]
+        steps = steps[:-1]
     return steps
 
 
@@ -107,7 +103,7 @@ class IncrementalRisk:
             self.rebuilds += 1
             self.reset()
         fmt = self._run_format(traj)
-        new = drop_pending(steps_from(traj, len(self._keys), fmt, calls))
+        new = steps_from(traj, len(self._keys), fmt, calls, completed_only=True)
         if new:
             self._consume(traj, new, fmt, calls)
         return self.steps, self.risk

@@ -64,9 +64,17 @@ def extract_steps(traj: Trajectory) -> list[Step]:
     return steps_from(traj, 0, action_format(traj), recorded_calls(traj))
 
 
-def steps_from(traj: Trajectory, start: int, fmt: str, calls: dict[int, LLMCall]) -> list[Step]:
+def steps_from(
+    traj: Trajectory,
+    start: int,
+    fmt: str,
+    calls: dict[int, LLMCall],
+    completed_only: bool = False,
+) -> list[Step]:
     """The steps whose assistant message is at index `start` or later, extracted as `fmt`
-    (`action_format` of the whole run) with the usage in `calls` (`recorded_calls`).
+    (`action_format` of the whole run) with the usage in `calls` (`recorded_calls`);
+    `completed_only` leaves out (without extracting it) a last assistant message that
+    nothing follows yet.
 
     A step's span ends at the next assistant message or at the end of the run, so a step is
     only final once the next assistant message exists; `extract_steps(traj)` is
@@ -75,6 +83,8 @@ def steps_from(traj: Trajectory, start: int, fmt: str, calls: dict[int, LLMCall]
     messages = traj.messages
     indices = [i for i in range(start, len(messages)) if messages[i].role == "assistant"]
     ends = [*indices[1:], len(messages)][: len(indices)]
+    if completed_only and indices and ends[-1] == indices[-1] + 1:
+        indices, ends = indices[:-1], ends[:-1]
     tools = fmt == "tools"
     steps = [_step(messages, i, end, tools) for i, end in zip(indices, ends, strict=True)]
     for step in steps:
