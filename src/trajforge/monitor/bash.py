@@ -171,8 +171,13 @@ def _python_kind(words: list[str], body: str) -> str:
 def _paths(args: list[str], command: str) -> tuple[str, ...]:
     found = [a for a in args if not a.startswith("-") and _FILE_LIKE.search(a)]
     found += _REDIRECT.findall(command)
-    clean = (p.strip("'\"").removeprefix("./").removeprefix("/testbed/") for p in found)
+    clean = (clean_path(p) for p in found)
     return tuple(dict.fromkeys(p for p in clean if p and not p.startswith("/dev/")))
+
+
+def clean_path(path: str) -> str:
+    """A path as the features compare it: unquoted, relative to the repository root."""
+    return path.strip("'\"").removeprefix("./").removeprefix("/testbed/")
 
 
 def _region(words: list[str], paths: tuple[str, ...]) -> tuple[str, int, int] | None:

@@ -22,7 +22,7 @@ from trajforge.monitor.actions import Action
 from trajforge.monitor.steps import Step, extract_steps, step_tokens
 from trajforge.schema import Trajectory
 
-FEATURE_VERSION = "prefix-v3"
+FEATURE_VERSION = "prefix-v4"
 
 HEDGES = (
     "maybe",
