@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import copy
 import gzip
-import os
 import statistics
 import time
 from collections.abc import Callable
@@ -30,6 +29,7 @@ from pathlib import Path
 
 import orjson
 
+from shared_data import data_dir
 from trajforge.agents import ExpertPolicy
 from trajforge.agents.user_sim import ScriptedUser
 from trajforge.envs.replay import answered_calls, make_env, replay_to
@@ -41,20 +41,10 @@ from trajforge.schema import Trajectory
 
 GOAL_MS = 5.0
 BASELINE_RUNS = 6
-REPO = Path(__file__).resolve().parents[1]
 RUN_FILES = (
     "tau-bench/historical_trajectories/gpt-4o-airline.json",
     "agentrx/tau-retail/tau_dataset_full.json",
 )
-
-
-def data_dir(argument: str | None) -> Path:
-    path = Path(
-        argument or os.environ.get("TRAJFORGE_SHARED_DATA") or REPO.parent / "shared" / "data"
-    )
-    if not path.is_dir():
-        raise SystemExit(f"no data folder at {path}; pass DATA_DIR or set TRAJFORGE_SHARED_DATA")
-    return path
 
 
 def thirty_message_runs(data: Path) -> list[Trajectory]:

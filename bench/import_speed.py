@@ -26,27 +26,17 @@ from __future__ import annotations
 import argparse
 import cProfile
 import json
-import os
 import pstats
 import tempfile
 import time
 from pathlib import Path
 
+from shared_data import data_dir
 from trajforge.importers import ImportReport, import_paths
 from trajforge.importers.base import open_binary
 from trajforge.store import Store
 
 GOAL_RATIO = 3.0
-REPO = Path(__file__).resolve().parents[1]
-
-
-def data_dir(argument: str | None) -> Path:
-    path = Path(
-        argument or os.environ.get("TRAJFORGE_SHARED_DATA") or REPO.parent / "shared" / "data"
-    )
-    if not path.is_dir():
-        raise SystemExit(f"no data folder at {path}; pass DATA_DIR or set TRAJFORGE_SHARED_DATA")
-    return path
 
 
 class Timing:

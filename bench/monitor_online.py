@@ -36,12 +36,12 @@ The whole run takes about 8 minutes (the batch baseline is most of it); `--runs 
 from __future__ import annotations
 
 import argparse
-import os
 import time
 from pathlib import Path
 
 import numpy as np
 
+from shared_data import data_dir
 from trajforge.importers.mini_swe_agent import MiniSweAgentImporter
 from trajforge.monitor import (
     LearnedConfig,
@@ -55,22 +55,12 @@ from trajforge.monitor.scoring import current_risk
 from trajforge.monitor.steps import message_key
 from trajforge.schema import Trajectory
 
-REPO = Path(__file__).resolve().parents[1]
 RUNS = "swe-bench-verified/mini-swe-agent_gemini-3-pro/trajs"
 LATE_STEP = 50
 TOLERANCE = 1e-12
 MIN_TRAIN_RUNS = 20
 """Fewer runs can leave an inner training fold with one class."""
 STEP_BANDS = ((0, 25), (25, 50), (50, 75), (75, 100), (100, 1000))
-
-
-def data_dir(argument: str | None) -> Path:
-    path = Path(
-        argument or os.environ.get("TRAJFORGE_SHARED_DATA") or REPO.parent / "shared" / "data"
-    )
-    if not path.is_dir():
-        raise SystemExit(f"no data folder at {path}; pass DATA_DIR or set TRAJFORGE_SHARED_DATA")
-    return path
 
 
 def read_runs(data: Path, count: int | None) -> list[Trajectory]:
