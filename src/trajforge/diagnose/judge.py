@@ -13,7 +13,6 @@ Modes:
 
 from __future__ import annotations
 
-import re
 from typing import Any, Literal
 
 import openai
@@ -26,10 +25,10 @@ from trajforge.diagnose.taxonomy import CATEGORIES, taxonomy_text
 from trajforge.errors import UserError
 from trajforge.generate.views import transcript
 from trajforge.models.base import ChatModel
+from trajforge.models.structured import function_answer
 from trajforge.schema import Message, ToolCall, Trajectory
 
 REPORT_TOOL = "report_diagnosis"
-_FENCED = re.compile(r"\{.*\}", re.DOTALL)
 
 
 class JudgeConfig(BaseModel):
@@ -89,20 +88,7 @@ SYSTEM = (
 
 def parse_report(reply: Message) -> dict[str, Any] | None:
     """The judge's answer as a dict, from the report call or JSON text; None if absent."""
-    for call in reply.tool_calls or []:
-        if call.name == REPORT_TOOL:
-            try:
-                return call.parsed_arguments()
-            except ValueError:
-                return None
-    match = _FENCED.search(reply.text())
-    if not match:
-        return None
-    try:
-        value = orjson.loads(match.group(0))
-    except orjson.JSONDecodeError:
-        return None
-    return value if isinstance(value, dict) else None
+    return function_answer(reply, REPORT_TOOL)
 
 
 class LLMJudge:

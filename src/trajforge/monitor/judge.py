@@ -5,7 +5,7 @@ the hidden tests (see the README's headroom section), which only reading the wor
 `PrefixJudge` asks any OpenAI-compatible model for the probability that the run will end
 unsuccessfully, seeing exactly what the monitor would see after step k: the task and
 `messages[: steps[k-1].end]`, nothing later. It answers through one function call,
-`report_failure_risk` (a JSON object in its text is accepted too).
+`report_failure_risk` (a JSON object in its text is accepted too; `models.structured`).
 
 `judge_at_step` scores the runs still going at step k concurrently and reports AUROC / AUPRC
 of the judge's estimates, so a model can be compared with the detectors on the same runs
@@ -15,25 +15,23 @@ endpoint; the detectors need none.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
 import openai
-import orjson
 from pydantic import BaseModel, Field
 from sklearn.metrics import average_precision_score, roc_auc_score
 
 from trajforge.errors import UserError
 from trajforge.generate.views import transcript
 from trajforge.models.base import ChatModel
+from trajforge.models.structured import function_answer
 from trajforge.monitor.steps import require_steps
 from trajforge.schema import Message, Trajectory
 
 RISK_TOOL = "report_failure_risk"
-_JSON_OBJECT = re.compile(r"\{.*\}", re.DOTALL)
 
 SYSTEM = (
     "You monitor a software or tool-using agent while it works. You see the task and the run "
@@ -104,32 +102,10 @@ def _fit(messages: list[Message], config: PrefixJudgeConfig) -> tuple[str, int]:
 
 def parse_risk(reply: Message) -> float | None:
     """The failure probability in the judge's reply; None when there is none in [0, 1]."""
-    answer = _tool_answer(reply) or _text_answer(reply)
-    value = (answer or {}).get("failure_probability")
+    value = (function_answer(reply, RISK_TOOL) or {}).get("failure_probability")
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
     return float(value) if 0 <= value <= 1 else None
-
-
-def _tool_answer(reply: Message) -> dict[str, Any] | None:
-    for call in reply.tool_calls or []:
-        if call.name == RISK_TOOL:
-            try:
-                return call.parsed_arguments()
-            except ValueError:
-                return None
-    return None
-
-
-def _text_answer(reply: Message) -> dict[str, Any] | None:
-    match = _JSON_OBJECT.search(reply.text())
-    if not match:
-        return None
-    try:
-        value = orjson.loads(match.group(0))
-    except orjson.JSONDecodeError:
-        return None
-    return value if isinstance(value, dict) else None
 
 
 class PrefixJudge:
