@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
+import numpy as np
 import typer
 from rich.table import Table
 
@@ -182,15 +183,21 @@ def score_command(
 
 
 def _print_curve(traj: Trajectory, detector: Detector, curve: list[tuple[int, float]]) -> None:
+    from trajforge.monitor.stoprule import stop_step
+
     threshold = detector.thresholds.get(str(detector.config.default_loss))
     shown = "none" if threshold is None else f"{threshold:.3f}"
     table = Table(title=f"{traj.id[:12]} {detector.name} risk (stop at {shown})")
     for column in ("step", "message", "risk"):
         table.add_column(column)
+    risks = np.asarray([risk for _, risk in curve])
+    stop = None if threshold is None else stop_step(risks, threshold, detector.config.min_step)
     for step, (index, risk) in enumerate(curve, start=1):
-        flag = " [red]stop" if threshold is not None and risk >= threshold else ""
+        flag = " [red]stop" if step == stop else ""
         table.add_row(str(step), str(index), f"{risk:.3f}{flag}")
     console.print(table)
+    if stop is None:
+        console.print("no stop on this run (the rule never fires before min_step or at the end)")
 
 
 def render_risk(traj: Trajectory, model_file: Path) -> None:
