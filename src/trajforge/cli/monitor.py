@@ -50,12 +50,15 @@ AgentModelOption = Annotated[
 ]
 
 
+def _stored(db, harness, agent_model, env, task, limit) -> list[Trajectory]:
+    with open_store(db) as store:
+        return list(store.query(make_filter(harness, agent_model, env, task, None, limit)))
+
+
 def _runs(db, harness, agent_model, env, task, limit) -> list[RunFeatures]:
     from trajforge.monitor import featurize_runs
 
-    flt = make_filter(harness, agent_model, env, task, None, limit)
-    with open_store(db) as store:
-        runs = featurize_runs(store.query(flt))
+    runs = featurize_runs(_stored(db, harness, agent_model, env, task, limit))
     if not runs:
         raise UserError("no stored runs with a known outcome match the filters")
     return runs
@@ -224,16 +227,14 @@ def judge_command(
 ) -> None:
     """Ask a chat model for the failure risk of each run after --step; AUROC of its answers."""
     from trajforge.models.openai_compat import OpenAICompatibleModel, OpenAIModelConfig
-    from trajforge.monitor.judge import PrefixJudge, judge_at_step
+    from trajforge.monitor.judge import PrefixJudge, judge_at_step, runs_going
 
     config = OpenAIModelConfig(base_url=base_url, model=llm_model, api_key=api_key)
     judge = PrefixJudge(OpenAICompatibleModel(config))
-    with open_store(db) as store:
-        trajs = list(store.query(make_filter(harness, agent_model, env, task, None, limit)))
-    going = sum(len(t.assistant_indices()) > step for t in trajs)
+    going = runs_going(_stored(db, harness, agent_model, env, task, limit), step)
     with progress_bar(json_out) as progress:
-        bar = progress.add_task(f"judging step {step}", total=going)
-        summary = judge_at_step(judge, trajs, step, workers, lambda: progress.advance(bar))
+        bar = progress.add_task(f"judging step {step}", total=len(going))
+        summary = judge_at_step(judge, going, step, workers, lambda: progress.advance(bar))
     if json_out:
         print_json(summary)
         return

@@ -140,7 +140,7 @@ def judge_at_step(
     advance: Callable[[], None] | None = None,
 ) -> dict[str, Any]:
     """Judge every labeled run still going at `step`; AUROC / AUPRC of the estimates."""
-    going = [t for t in trajs if t.outcome.success is not None and _steps(t) > step]
+    going = runs_going(trajs, step)
     if not going:
         raise UserError(f"no labeled run has more than {step} steps")
 
@@ -155,8 +155,9 @@ def judge_at_step(
     return _summary(going, risks, step, judge.model.name)
 
 
-def _steps(traj: Trajectory) -> int:
-    return len(traj.assistant_indices())
+def runs_going(trajs: list[Trajectory], step: int) -> list[Trajectory]:
+    """The runs with a known outcome and more than `step` agent steps (still going at it)."""
+    return [t for t in trajs if t.outcome.success is not None and len(t.assistant_indices()) > step]
 
 
 def _summary(going: list[Trajectory], risks: list[float], step: int, name: str) -> dict:
