@@ -68,9 +68,17 @@ class CapturedCall(BaseModel):
         """The assistant message of a successful answer."""
         if self.error is not None or not self.response:
             return None
+        if self.endpoint == "chat/completions":
+            return chat_answer_message(self.response)
         choice = (self.response.get("choices") or [None])[0]
         if not isinstance(choice, dict):
             return None
-        if self.endpoint == "chat/completions":
-            return choice.get("message")
         return {"role": "assistant", "content": choice.get("text", "")}
+
+
+def chat_answer_message(response: dict[str, Any]) -> dict[str, Any] | None:
+    """The assistant message of a chat-completions answer body (its first choice)."""
+    choices = response.get("choices")
+    choice = choices[0] if isinstance(choices, list) and choices else None
+    message = choice.get("message") if isinstance(choice, dict) else None
+    return message if isinstance(message, dict) else None

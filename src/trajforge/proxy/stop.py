@@ -32,7 +32,7 @@ from trajforge.errors import UserError
 from trajforge.models.mock_answers import error_body
 from trajforge.proxy.config import MonitorStopConfig
 from trajforge.proxy.drift import normalize_message
-from trajforge.proxy.record import MonitorStop
+from trajforge.proxy.record import MonitorStop, chat_answer_message
 from trajforge.proxy.recorder import Recorder
 from trajforge.proxy.session import chat_message, first_user_text, response_usage
 from trajforge.schema import LLMCall, Message, Task, Trajectory, Usage
@@ -152,13 +152,6 @@ def relayed_answer(message: tuple, usage: Usage | None, raw: dict | None) -> Rel
     return RelayedAnswer(message, usage, reasoning if isinstance(reasoning, str) else "")
 
 
-def _answer_message(response: dict[str, Any]) -> dict[str, Any] | None:
-    choices = response.get("choices")
-    choice = choices[0] if isinstance(choices, list) and choices else None
-    message = choice.get("message") if isinstance(choice, dict) else None
-    return message if isinstance(message, dict) else None
-
-
 def refusal_message(session: str, stop: MonitorStop) -> str:
     return (
         f"session '{session}' was stopped by the trajforge failure monitor after step "
@@ -229,7 +222,7 @@ class MonitorGate:
             log.exception("could not read what is recorded of session %s", session)
             return None, {}
         answers = {
-            index: relayed_answer(message, call.usage, _answer_message(call.response or {}))
+            index: relayed_answer(message, call.usage, chat_answer_message(call.response or {}))
             for index, message, call in relayed
         }
         if stop is None:
@@ -264,7 +257,7 @@ class MonitorGate:
         """Remember a chat answer the proxy relayed (its place, usage and reasoning)."""
         guard = self.guards.get(session)
         messages = body.get("messages")
-        answer = _answer_message(response)
+        answer = chat_answer_message(response)
         if guard is None or answer is None or not isinstance(messages, list):
             return
         guard.answers[len(messages)] = relayed_answer(
