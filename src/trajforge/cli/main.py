@@ -7,6 +7,7 @@ import typer
 from trajforge.cli import browse, importing, report
 from trajforge.cli import diagnose as diagnose_cli
 from trajforge.cli import envs as envs_cli
+from trajforge.cli import learn as learn_cli
 from trajforge.cli import monitor as monitor_cli
 from trajforge.cli import proxy as proxy_cli
 from trajforge.cli import rollout as rollout_cli
@@ -36,6 +37,9 @@ app.command("fork")(guarded(envs_cli.fork_command))
 app.command("handoff")(guarded(envs_cli.handoff_command))
 app.command("rft")(guarded(rollout_cli.rft_command))
 app.command("robustness")(guarded(rollout_cli.robustness_command))
+app.add_typer(learn_cli.train_app, name="train")
+app.command("serve")(guarded(learn_cli.serve_command))
+app.command("eval")(guarded(learn_cli.eval_command))
 
 
 if __name__ == "__main__":
