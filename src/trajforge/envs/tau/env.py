@@ -164,6 +164,10 @@ class TauEnv:
             return True
         return any(m.role == "user" and USER_STOP in m.text() for m in self._conversation)
 
+    def required_outputs(self) -> list[str]:
+        """What the agent must state for the task to succeed (tau's required outputs)."""
+        return list(self.gold.outputs)
+
     def outputs_given(self) -> dict[str, bool]:
         """For each required output: whether an assistant message states it."""
         said = [
