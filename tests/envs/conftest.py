@@ -26,18 +26,3 @@ def load_tau_runs(shared_data: Path) -> list[Trajectory]:
 @pytest.fixture(scope="session")
 def tau_runs(shared_data: Path) -> list[Trajectory]:
     return load_tau_runs(shared_data)
-
-
-TAU2_RUN_FILES = (
-    "tau2-bench/toolorchestra_gpt-5/toolorchestra_airline_gpt-5_1trial.json",
-    "tau2-bench/toolorchestra_gpt-5/toolorchestra_retail_gpt-5_1trial.json",
-)
-
-
-@pytest.fixture(scope="session")
-def tau2_runs(shared_data: Path) -> list[Trajectory]:
-    """The 164 real tau2-bench simulations (toolorchestra, gpt-5)."""
-    from trajforge.importers.tau2_bench import Tau2BenchImporter
-
-    importer = Tau2BenchImporter()
-    return [t.with_id() for name in TAU2_RUN_FILES for t in importer.read(shared_data / name)]

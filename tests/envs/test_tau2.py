@@ -112,3 +112,23 @@ def _booking() -> str:
         '"payment_methods": [{"payment_id": "credit_card_5447957", "amount": 157}], '
         '"total_baggages": 0, "nonfree_baggages": 0, "insurance": "no"}'
     )
+
+
+def test_an_llm_user_plays_the_tau2_scenario_through_the_mock_server(
+    tau2_runs: list[Trajectory],
+) -> None:
+    from trajforge.agents.user_sim import LLMUser
+    from trajforge.models.mock_server import MockOpenAIServer
+    from trajforge.models.openai_compat import OpenAICompatibleModel, OpenAIModelConfig
+
+    failure = next(t for t in tau2_runs if not t.outcome.success)
+    at = next(i for i, m in enumerate(failure.messages) if m.role == "assistant" and i > 2)
+    reason = failure.task.data["user_scenario"]["instructions"]["reason_for_call"]
+    with MockOpenAIServer(["Thanks, that is all. ###STOP###"]) as server:
+        model = OpenAICompatibleModel(OpenAIModelConfig(base_url=server.base_url, model="m"))
+        last = failure.messages[at - 1]
+        prefix_end = at if last.role != "user" else at + 1
+        child = fork(failure, prefix_end, ExpertPolicy(), user=LLMUser(model))
+        (request,) = server.requests
+    assert reason.strip()[:60] in request["messages"][0]["content"]
+    assert child.messages[-1].role == "user" and "###STOP###" in child.messages[-1].text()

@@ -69,8 +69,8 @@ def recover_command(
     json_out: JsonOption = False,
 ) -> None:
     """Search guidance that makes the teacher pass each failed run; keep clean demos."""
-    from trajforge.generate.recovery import recover_store, write_recovered
-    from trajforge.generate.recovery.build import RecoverSetup, build_recovery
+    from trajforge.generate.guided import recover_store, write_recovered
+    from trajforge.generate.guided.build import RecoverSetup, build_recovery
 
     setup = RecoverSetup(
         teacher=teacher,

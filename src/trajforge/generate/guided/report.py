@@ -15,7 +15,7 @@ from trajforge.diagnose.model import Diagnosis
 from trajforge.diagnose.run import diagnose_run, make_localizer, select_failures
 from trajforge.diagnose.storage import load_diagnoses
 from trajforge.errors import UserError
-from trajforge.generate.recovery.search import GuidedRecovery, RecoveryResult
+from trajforge.generate.guided.search import GuidedRecovery, RecoveryResult
 from trajforge.generate.rft import chat_message
 from trajforge.schema import Trajectory
 from trajforge.store import Store, TrajectoryFilter

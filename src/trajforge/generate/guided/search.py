@@ -24,7 +24,7 @@ from pydantic import BaseModel, Field
 from trajforge.agents.base import Policy, UserSimulator
 from trajforge.diagnose.model import Diagnosis
 from trajforge.envs.replay import make_env, replay_to
-from trajforge.generate.recovery.guidance import (
+from trajforge.generate.guided.guidance import (
     SOURCES,
     Feedback,
     Guidance,
@@ -34,8 +34,8 @@ from trajforge.generate.recovery.guidance import (
     oracle_plan,
     privileged_guidance,
 )
-from trajforge.generate.recovery.leak import LeakConfig, find_leaks
-from trajforge.generate.recovery.teacher import GuidedPolicy, InterveningPolicy, strip
+from trajforge.generate.guided.leak import LeakConfig, find_leaks
+from trajforge.generate.guided.teacher import GuidedPolicy, InterveningPolicy, strip
 from trajforge.rollout.episode import Limits
 from trajforge.rollout.fork import ForkOptions, fork
 from trajforge.schema import Trajectory
@@ -186,7 +186,8 @@ class GuidedRecovery:
         return oracle_plan(env, self.config.plan_steps)
 
     def _run(self, failed: Trajectory, guidance: Guidance, start: StartMode, at: int) -> _Run:
-        child = self._fork(failed, at, GuidedPolicy(self.teacher(), guidance))
+        policy = GuidedPolicy(self.teacher(), guidance, system_prompt(failed))
+        child = self._fork(failed, at, policy)
         summary = Attempt(
             source=guidance.source,
             start=start,
@@ -229,7 +230,8 @@ class GuidedRecovery:
     ) -> bool | None:
         if diagnosis is None or diagnosis.step is None or diagnosis.correction is None:
             return None
-        policy = InterveningPolicy(self.teacher(), diagnosis.correction.as_message())
+        teacher = GuidedPolicy(self.teacher(), None, system_prompt(failed))
+        policy = InterveningPolicy(teacher, diagnosis.correction.as_message())
         child = self._fork(failed, diagnosis.step, policy)
         success = bool(child.outcome.success)
         result.attempts.append(
@@ -242,6 +244,14 @@ class GuidedRecovery:
             )
         )
         return success
+
+
+def system_prompt(run: Trajectory) -> str | None:
+    """The environment's system prompt for a run recorded without a system message."""
+    if run.messages and run.messages[0].role == "system":
+        return None
+    opening = make_env(run).reset(run.task)
+    return next((m.text() for m in opening if m.role == "system"), None)
 
 
 class _Run:

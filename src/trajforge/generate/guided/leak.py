@@ -13,7 +13,7 @@ import re
 
 from pydantic import BaseModel, Field
 
-from trajforge.generate.recovery.guidance import Guidance
+from trajforge.generate.guided.guidance import Guidance
 from trajforge.schema import Message, Trajectory
 
 REFERENCES = re.compile(

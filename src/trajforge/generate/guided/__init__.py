@@ -1,7 +1,7 @@
 """Guided recovery: search for guidance that makes a teacher pass a failed scenario, keep
 the clean demonstration (guidance stripped, leak-checked), report and export. See README.md."""
 
-from trajforge.generate.recovery.guidance import (
+from trajforge.generate.guided.guidance import (
     Feedback,
     Guidance,
     LLMGuidanceProposer,
@@ -9,8 +9,8 @@ from trajforge.generate.recovery.guidance import (
     oracle_plan,
     privileged_guidance,
 )
-from trajforge.generate.recovery.leak import LeakConfig, find_leaks
-from trajforge.generate.recovery.report import (
+from trajforge.generate.guided.leak import LeakConfig, find_leaks
+from trajforge.generate.guided.report import (
     RecoveryReport,
     diagnosis_for,
     recover_runs,
@@ -18,13 +18,13 @@ from trajforge.generate.recovery.report import (
     summarize,
     write_recovered,
 )
-from trajforge.generate.recovery.search import (
+from trajforge.generate.guided.search import (
     Attempt,
     GuidedRecovery,
     RecoverConfig,
     RecoveryResult,
 )
-from trajforge.generate.recovery.teacher import (
+from trajforge.generate.guided.teacher import (
     GUIDANCE_HEADER,
     GuidedPolicy,
     InterveningPolicy,

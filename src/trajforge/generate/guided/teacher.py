@@ -15,32 +15,42 @@ from __future__ import annotations
 from typing import Any
 
 from trajforge.agents.base import EpisodeState, Policy, PolicyStep
-from trajforge.generate.recovery.guidance import Guidance
+from trajforge.generate.guided.guidance import Guidance
 from trajforge.schema import Message, Trajectory
 
 GUIDANCE_HEADER = "## Guidance for this task"
 
 
-def with_guidance(messages: list[Message], guidance: Guidance) -> list[Message]:
-    """The messages as the guided teacher sees them."""
-    block = f"{GUIDANCE_HEADER}\n{guidance.text}"
+def with_guidance(
+    messages: list[Message], guidance: Guidance | None, system: str | None = None
+) -> list[Message]:
+    """The messages as the guided teacher sees them. `system` is the environment's system
+    prompt, given to a teacher continuing a run that was recorded without one (tau2's
+    simulations, say); the guidance goes at its end."""
+    block = f"{GUIDANCE_HEADER}\n{guidance.text}" if guidance is not None else ""
     if messages and messages[0].role == "system":
         first = messages[0]
-        return [first.model_copy(update={"content": f"{first.text()}\n\n{block}"}), *messages[1:]]
-    return [Message(role="system", content=block), *messages]
+        text = f"{first.text()}\n\n{block}" if block else first.text()
+        return [first.model_copy(update={"content": text}), *messages[1:]]
+    text = "\n\n".join(part for part in (system, block) if part)
+    return [Message(role="system", content=text), *messages] if text else list(messages)
 
 
 class GuidedPolicy:
-    """A policy that reads `guidance` in its system prompt."""
+    """A policy that reads `guidance` (and, for a run recorded without one, the
+    environment's `system` prompt) in its system prompt."""
 
-    def __init__(self, teacher: Policy, guidance: Guidance) -> None:
+    def __init__(
+        self, teacher: Policy, guidance: Guidance | None, system: str | None = None
+    ) -> None:
         self.teacher = teacher
         self.guidance = guidance
+        self.system = system
         self.name = getattr(teacher, "name", "teacher")
 
     def act(self, state: EpisodeState) -> PolicyStep:
-        guided = state.model_copy(update={"messages": with_guidance(state.messages, self.guidance)})
-        return self.teacher.act(guided)
+        view = with_guidance(state.messages, self.guidance, self.system)
+        return self.teacher.act(state.model_copy(update={"messages": view}))
 
 
 class InterveningPolicy:

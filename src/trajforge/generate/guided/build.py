@@ -7,8 +7,8 @@ from typing import get_args
 from pydantic import BaseModel, Field
 
 from trajforge.errors import UserError
-from trajforge.generate.recovery.guidance import SOURCES, LLMGuidanceProposer
-from trajforge.generate.recovery.search import GuidedRecovery, RecoverConfig, StartMode
+from trajforge.generate.guided.guidance import SOURCES, LLMGuidanceProposer
+from trajforge.generate.guided.search import GuidedRecovery, RecoverConfig, StartMode
 from trajforge.models.openai_compat import OpenAICompatibleModel, OpenAIModelConfig
 from trajforge.rollout.policy_factory import AgentSpec, build_agents
 
