@@ -14,6 +14,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from trajforge.envs.tau import airline as tau
 from trajforge.envs.tau.airline import AIRLINE_TOOLS as TAU_AIRLINE_TOOLS
 from trajforge.envs.tau.airline import AIRPORTS, BOOKING_TIME, NEW_RESERVATION_IDS
 from trajforge.envs.tau.db import Record, TauDB
@@ -194,8 +195,9 @@ def book_reservation(
     if insurance == "yes":
         total += 30 * len(passengers)
     total += 50 * nonfree_baggages
-    _check_booking_payments(user, payments, total)
-    _spend(db, user_id, payments)
+    capitalised(tau._check_booking_payment)(user, payments, total)
+    for payment in payments:
+        tau._spend_on_booking(db, user_id, payment)
     for segment in segments:
         seats = db.edit("flights", segment["flight_number"])["dates"][segment["date"]]
         seats["available_seats"][cabin] -= len(passengers)
@@ -220,39 +222,9 @@ def book_reservation(
     return dumps(reservation)
 
 
-def _check_booking_payments(user: Record, payments: list[Record], total: Any) -> None:
-    for payment in payments:
-        method = user["payment_methods"].get(payment["payment_id"])
-        if method is None:
-            raise ToolError(f"Payment method {payment['payment_id']} not found")
-        stored = method["source"] in ("gift_card", "certificate")
-        if stored and method["amount"] < payment["amount"]:
-            raise ToolError(f"Not enough balance in payment method {payment['payment_id']}")
-    paid = sum(payment["amount"] for payment in payments)
-    if paid != total:
-        raise ToolError(f"Payment amount does not add up, total price is {total}, but paid {paid}")
-
-
-def _spend(db: TauDB, user_id: str, payments: list[Record]) -> None:
-    methods = db.edit("users", user_id)["payment_methods"]
-    for payment in payments:
-        method = methods[payment["payment_id"]]
-        if method["source"] == "gift_card":
-            method["amount"] -= payment["amount"]
-        elif method["source"] == "certificate":
-            methods.pop(payment["payment_id"])
-
-
 def cancel_reservation(db: TauDB, reservation_id: str) -> str:
-    _reservation(db, reservation_id)
-    reservation = db.edit("reservations", reservation_id)
-    refunds = [
-        {"payment_id": p["payment_id"], "amount": -p["amount"]}
-        for p in reservation["payment_history"]
-    ]
-    reservation["payment_history"].extend(refunds)
-    reservation["status"] = "cancelled"
-    return dumps(reservation)
+    _reservation(db, reservation_id)  # tau2's message for an unknown reservation
+    return tau.cancel_reservation(db, reservation_id)
 
 
 def send_certificate(db: TauDB, user_id: str, amount: int | float) -> str:
