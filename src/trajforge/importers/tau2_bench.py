@@ -19,7 +19,9 @@ whose criteria they match is used and the recorded id is kept in
 `metadata["recorded_task_id"]`: the toolorchestra gpt-5 submission numbers its
 simulations 0..n-1 whatever task they ran (158 of its 164 simulations). Two tasks with the
 same criteria (tau2 has such pairs, differing in the user's scenario) are told apart by the
-words their scenario shares with the conversation's user messages.
+task id in the checked actions' `action_id` when it names one of them, else by the words
+their scenario shares with the conversation's user messages (best effort: both twins are
+judged alike, only the user's scenario differs).
 
 The model comes from the file name (`<run>_<domain>_<model>_<n>trial.json`, as on the tau2
 leaderboard), else from `info.agent_info.llm` (always kept in `metadata["agent_llm"]`).
@@ -203,6 +205,12 @@ def judged_task(
     matching = [task for task in tasks.values() if _criteria(task) == judged]
     if not matching:
         return tasks[task_id]
+    if len(matching) > 1:  # twins: the action ids often carry the task id they came from
+        named = {
+            str(c["action"].get("action_id", "")).rsplit("_", 1)[0]
+            for c in reward_info.get("action_checks") or []
+        }
+        matching = [t for t in matching if str(t["id"]) in named] or matching
     said = _words(
         " ".join(str(m.get("content") or "") for m in messages if m.get("role") == "user")
     )
