@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from array import array
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -61,7 +62,7 @@ PARQUET_COLUMNS = (
     ("fork_index", "fork_index", "int64"),
     ("document", "doc", "string"),
 )
-"""Parquet column, stored column it comes from, Arrow type."""
+"""Parquet column, stored column it comes from, Arrow type (the document last)."""
 
 
 def write_parquet(store: Store, flt: TrajectoryFilter, out: Path) -> int:
@@ -72,11 +73,16 @@ def write_parquet(store: Store, flt: TrajectoryFilter, out: Path) -> int:
 
     schema = pa.schema([(name, getattr(pa, kind)()) for name, _, kind in PARQUET_COLUMNS])
     sources = [source for _, source, _ in PARQUET_COLUMNS]
+    summary = [name for name, _, _ in PARQUET_COLUMNS if name != "document"]
+    # Documents are large and unique: no dictionary, no min/max statistics (which would keep
+    # two whole documents per row group in the file's metadata, in memory until the end).
+    options = {"use_dictionary": summary, "write_statistics": summary}
     count = 0
-    with atomic_path(out) as tmp, pq.ParquetWriter(str(tmp), schema) as writer:
+    with atomic_path(out) as tmp, pq.ParquetWriter(str(tmp), schema, **options) as writer:
         for batch in store.column_batches(sources, flt):
-            columns = zip(*batch, strict=True)
-            arrays = [_array(pa, v, f.type) for v, f in zip(columns, schema, strict=True)]
+            *columns, documents = zip(*batch, strict=True)
+            arrays = [_array(pa, v, f.type) for v, f in zip(columns, schema, strict=False)]
+            arrays.append(_text_array(pa, documents))
             writer.write_table(pa.Table.from_arrays(arrays, schema=schema))
             count += len(batch)
     return count
@@ -86,3 +92,14 @@ def _array(pa, values: tuple, kind):
     if kind == pa.bool_():  # SQLite stores booleans as 0/1
         return pa.array(values, type=pa.int8()).cast(kind)
     return pa.array(values, type=kind)
+
+
+def _text_array(pa, documents: tuple[bytes, ...]):
+    """A string array over the documents' UTF-8 bytes, joined once (no str objects made)."""
+    offsets = array("i", [0])
+    end = 0
+    for document in documents:
+        end += len(document)
+        offsets.append(end)
+    data = pa.py_buffer(b"".join(documents))
+    return pa.StringArray.from_buffers(len(documents), pa.py_buffer(offsets), data)

@@ -245,15 +245,14 @@ class Store:
         columns: Sequence[str],
         flt: TrajectoryFilter | None = None,
         max_rows: int = 500,
-        max_bytes: int = 16_000_000,
+        max_bytes: int = 4_000_000,
     ) -> Iterator[list[tuple]]:
-        """Values of stored columns (`doc` is the document as text), in batches of at most
+        """Values of stored columns (`doc`: the document's JSON bytes), in batches of at most
         `max_rows` rows or about `max_bytes` of documents, so memory stays bounded."""
         unknown = set(columns) - set(_COLUMNS.replace(" ", "").split(","))
         if unknown:
             raise ValueError(f"unknown trajectory columns: {sorted(unknown)}")
-        fields = ", ".join("CAST(doc AS TEXT)" if c == "doc" else c for c in columns)
-        sql, params = self._select(fields, flt)
+        sql, params = self._select(", ".join(columns), flt)
         batch: list[tuple] = []
         size = 0
         doc_at = columns.index("doc") if "doc" in columns else None
