@@ -27,6 +27,7 @@ COMMANDS = {
     "handoff": "trajforge.cli.envs:handoff_command",
     "rft": "trajforge.cli.rollout:rft_command",
     "robustness": "trajforge.cli.rollout:robustness_command",
+    "recover": "trajforge.cli.recover:recover_command",
 }
 
 
