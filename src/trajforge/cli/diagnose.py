@@ -25,7 +25,6 @@ from trajforge.cli.common import (
     print_json,
     progress_bar,
 )
-from trajforge.diagnose.eval import EvalReport
 from trajforge.diagnose.model import Diagnosis
 from trajforge.errors import UserError
 
@@ -33,8 +32,9 @@ MethodOption = Annotated[
     str,
     typer.Option(
         "--method",
-        help="counterfactual (forkable runs), heuristic, llm, or auto (counterfactual where "
-        "forkable, heuristic elsewhere).",
+        help="counterfactual (forkable runs), heuristic, llm, auto (counterfactual where "
+        "forkable, heuristic elsewhere), prior (calibrated step/speaker prior), calibrated "
+        "(heuristic with a tuned confidence, prior below it).",
     ),
 ]
 IdsOption = Annotated[
@@ -135,6 +135,23 @@ def diagnoses_table(diagnoses: list[Diagnosis]) -> Table:
     return table
 
 
+SplitOption = Annotated[
+    str,
+    typer.Option(
+        "--split",
+        help="How tuned methods are kept off their test runs: task (k folds of each dataset's "
+        "tasks) or dataset (tuned on the other datasets).",
+    ),
+]
+NeverTuneOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--never-tune",
+        help="A dataset (e.g. who-and-when/hand-crafted) scored but never used as tuning data.",
+    ),
+]
+
+
 @app.command("eval")
 def eval_command(
     db: DbOption = None,
@@ -148,67 +165,83 @@ def eval_command(
     base_url: BaseUrlOption = None,
     llm_model: LlmModelOption = None,
     judge_mode: JudgeModeOption = "all-at-once",
+    split: SplitOption = "task",
+    folds: Annotated[int, typer.Option("--folds", help="Task folds per dataset.")] = 5,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of folds and bootstrap.")] = 0,
+    bootstrap: Annotated[int, typer.Option("--bootstrap", help="Bootstrap rounds.")] = 1000,
+    never_tune: NeverTuneOption = None,
     fresh: Annotated[
         bool, typer.Option("--fresh", help="Ignore stored diagnoses; diagnose again.")
     ] = False,
     json_out: JsonOption = False,
 ) -> None:
-    """Score localization against the stored labels, beside constant baselines.
+    """Score localization out of sample, per dataset, beside constant baselines.
 
-    Stored diagnoses of the method are scored; runs without one (or all, with --fresh) are
-    diagnosed on the fly, without storing.
+    A method with tuned parts is scored only on runs it was not tuned on (fitted methods are
+    refitted per fold; hand-tuned ones are labelled in-sample on their own tuning data).
+    Baselines are chosen on the tuning side of the split. Stored diagnoses of methods without
+    fitted parts are reused unless --fresh.
     """
     guarded(_eval)(
         db,
         make_filter(harness, model, env, task, None, limit, ids),
-        method,
-        base_url,
-        llm_model,
-        judge_mode,
+        _localizer(method, base_url, llm_model, judge_mode),
+        _holdout_config(split, folds, seed, bootstrap, never_tune),
         fresh,
         json_out,
     )
 
 
-def _eval(db, flt, method, base_url, llm_model, judge_mode, fresh, json_out) -> None:
-    from trajforge.diagnose.eval import evaluate
-    from trajforge.diagnose.run import diagnose_runs, select_failures
-    from trajforge.diagnose.storage import load_diagnoses
+def _holdout_config(split, folds, seed, bootstrap, never_tune):
+    from trajforge.diagnose.holdout import HoldoutConfig
 
-    with open_store(db) as store:
-        runs = select_failures(store, flt)
-        ids = [] if fresh else [t.id for t in runs]
-        stored = {d.trajectory_id: d for d in load_diagnoses(store, ids, method)}
-    missing = [t for t in runs if t.id not in stored]
-    if missing:
-        localizer = _localizer(method, base_url, llm_model, judge_mode)
-        with progress_bar(json_out) as progress:
-            bar = progress.add_task(f"diagnosing ({method})", total=len(missing))
-            fresh = diagnose_runs(missing, localizer, on_run=lambda _: progress.advance(bar))
-        stored |= {d.trajectory_id: d for d in fresh}
-    report = evaluate(method, [(t, stored[t.id]) for t in runs])
+    if split not in ("task", "dataset"):
+        raise UserError(f"--split must be task or dataset, got '{split}'")
+    if folds < 2:
+        raise UserError(f"--folds must be at least 2, got {folds}")
+    return HoldoutConfig(
+        split=split, folds=folds, seed=seed, bootstrap=bootstrap, never_tune=set(never_tune or [])
+    )
+
+
+def _eval(db, flt, localizer, config, fresh, json_out) -> None:
+    from trajforge.diagnose.holdout import evaluate_store
+
+    with open_store(db) as store, progress_bar(json_out) as progress:
+        bar = progress.add_task(f"diagnosing ({localizer.name})", total=None)
+        report = evaluate_store(
+            store, flt, localizer, config, fresh, on_run=lambda _: progress.advance(bar)
+        )
     if json_out:
-        print_json(report.model_dump())
+        print_json(report)
         return
-    console.print(eval_table(report))
+    for item in report["datasets"]:
+        console.print(eval_table(report["method"], item))
+        console.print(f"split: {item['split']}\n")
 
 
-def eval_table(report: EvalReport) -> Table:
-    table = Table(title=f"{report.method} on {report.runs} labelled runs")
+def eval_table(method: str, item: dict) -> Table:
+    """One dataset's scores beside the baselines (95% bootstrap intervals)."""
+    title = f"{method} on {item['dataset']}: {item['runs']} runs, {item['sample'].upper()}"
+    table = Table(title=title)
     for column in ("measure", "method", "baseline"):
         table.add_column(column, justify="right")
-
-    def pct(value: float | None) -> str:
-        return "-" if value is None else f"{value:.1%}"
-
-    table.add_row("exact step", pct(report.exact), pct(report.baseline_exact))
-    table.add_row("step ±1", pct(report.within1), pct(report.baseline_within1))
-    table.add_row("step ±3", pct(report.within3), pct(report.baseline_within3))
-    table.add_row("agent", pct(report.agent), pct(report.baseline_agent))
-    table.add_row("verified (forkable)", pct(report.verified_rate), "")
-    table.add_row("verified (all)", pct(report.verified_rate_all), "")
-    table.add_row("verified, first proposal", pct(report.first_proposal_rate), "")
+    scores, base, answered = item["scores"], item["baselines"], item["answered"]
+    for key, label in (("exact", "exact step"), ("within1", "step ±1"), ("within3", "step ±3")):
+        table.add_row(label, _pct(scores[key]), _pct(base[key]))
+    table.add_row("agent", _pct(scores["agent"]), _pct(base["agent"]))
+    table.add_row("coverage (not abstained)", _pct(item["coverage"]), "")
+    table.add_row("exact step, answered only", _pct(answered["exact"]), "")
+    table.add_row("agent, answered only", _pct(answered["agent"]), "")
     return table
+
+
+def _pct(metric: dict) -> str:
+    if metric["value"] is None:
+        return "-"
+    ci = metric.get("ci95")
+    span = f" [{ci[0]:.0%}, {ci[1]:.0%}]" if ci else ""
+    return f"{metric['value']:.1%}{span}"
 
 
 @app.command("views")
