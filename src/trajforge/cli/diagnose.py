@@ -34,7 +34,8 @@ MethodOption = Annotated[
         "--method",
         help="counterfactual (forkable runs), heuristic, llm, auto (counterfactual where "
         "forkable, heuristic elsewhere), prior (calibrated step/speaker prior), calibrated "
-        "(heuristic with a tuned confidence, prior below it).",
+        "(heuristic with a tuned confidence, prior below it), trained (step ranker: fitted per "
+        "fold by eval, or from --model-file).",
     ),
 ]
 IdsOption = Annotated[
@@ -52,9 +53,31 @@ app = typer.Typer(
 )
 
 
-def _localizer(method: str, base_url: str | None, llm_model: str | None, mode: str):
+ModelFileOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--model-file", help="A diagnoser trained with `diagnose train` (method trained)."
+    ),
+]
+
+
+def _localizer(
+    method: str,
+    base_url: str | None,
+    llm_model: str | None,
+    mode: str,
+    model_file: Path | None = None,
+):
     from trajforge.diagnose.run import make_localizer
 
+    if model_file is not None:
+        from trajforge.diagnose.trained import TrainedLocalizer, load_ranker
+
+        if method not in ("trained", "heuristic"):
+            raise UserError(
+                f"--model-file holds a trained diagnoser; --method {method} cannot use it"
+            )
+        return TrainedLocalizer(load_ranker(model_file))
     if method != "llm":
         return make_localizer(method)
     if mode not in JUDGE_MODES:
@@ -79,6 +102,7 @@ def diagnose_command(
     base_url: BaseUrlOption = None,
     llm_model: LlmModelOption = None,
     judge_mode: JudgeModeOption = "all-at-once",
+    model_file: ModelFileOption = None,
     json_out: JsonOption = False,
 ) -> None:
     """Diagnose the failed runs matching the filters and store the diagnoses."""
@@ -91,15 +115,16 @@ def diagnose_command(
         base_url,
         llm_model,
         judge_mode,
+        model_file,
         json_out,
     )
 
 
-def _run(db, flt, method, base_url, llm_model, judge_mode, json_out) -> None:
+def _run(db, flt, method, base_url, llm_model, judge_mode, model_file, json_out) -> None:
     from trajforge.diagnose.run import diagnose_runs, select_failures
     from trajforge.diagnose.storage import save_diagnoses
 
-    localizer = _localizer(method, base_url, llm_model, judge_mode)
+    localizer = _localizer(method, base_url, llm_model, judge_mode, model_file)
     with open_store(db) as store:
         runs = select_failures(store, flt)
         with progress_bar(json_out) as progress:
@@ -170,6 +195,7 @@ def eval_command(
     seed: Annotated[int, typer.Option("--seed", help="Seed of folds and bootstrap.")] = 0,
     bootstrap: Annotated[int, typer.Option("--bootstrap", help="Bootstrap rounds.")] = 1000,
     never_tune: NeverTuneOption = None,
+    model_file: ModelFileOption = None,
     fresh: Annotated[
         bool, typer.Option("--fresh", help="Ignore stored diagnoses; diagnose again.")
     ] = False,
@@ -185,7 +211,7 @@ def eval_command(
     guarded(_eval)(
         db,
         make_filter(harness, model, env, task, None, limit, ids),
-        _localizer(method, base_url, llm_model, judge_mode),
+        _localizer(method, base_url, llm_model, judge_mode, model_file),
         _holdout_config(split, folds, seed, bootstrap, never_tune),
         fresh,
         json_out,
@@ -242,6 +268,76 @@ def _pct(metric: dict) -> str:
     ci = metric.get("ci95")
     span = f" [{ci[0]:.0%}, {ci[1]:.0%}]" if ci else ""
     return f"{metric['value']:.1%}{span}"
+
+
+@app.command("synthesize")
+def synthesize_command(
+    env: Annotated[str, typer.Option("--env", help="tau-retail, tau-airline or household.")],
+    db: DbOption = None,
+    failures: Annotated[int, typer.Option("--failures", help="Failed runs wanted.")] = 50,
+    error_rate: Annotated[
+        float, typer.Option("--error-rate", help="Noisy-expert mistake rate.")
+    ] = 0.2,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the mistakes.")] = 0,
+    max_attempts: Annotated[
+        int, typer.Option("--max-attempts", help="Give up after this many runs.")
+    ] = 1000,
+    json_out: JsonOption = False,
+) -> None:
+    """Store noisy-expert failures labelled with their counterfactual decisive step."""
+    guarded(_synthesize)(db, env, failures, error_rate, seed, max_attempts, json_out)
+
+
+def _synthesize(db, env, failures, error_rate, seed, max_attempts, json_out) -> None:
+    from trajforge.diagnose.synthetic import SyntheticConfig, synthesize_into_store
+
+    config = SyntheticConfig(
+        environment=env,
+        failures=failures,
+        error_rate=error_rate,
+        seed=seed,
+        max_attempts=max_attempts,
+    )
+    with open_store(db, must_exist=False) as store:
+        made, added = synthesize_into_store(store, config)
+    summary = {"environment": env, "failures": made, "added": added}
+    if json_out:
+        print_json(summary)
+        return
+    console.print(f"{made} labelled {env} failures made, {added} new in the store")
+
+
+@app.command("train")
+def train_command(
+    out: Annotated[Path, typer.Option("--out", "-o", help="Where to write the model file.")],
+    db: DbOption = None,
+    harness: HarnessOption = None,
+    model: ModelOption = None,
+    env: EnvOption = None,
+    task: TaskOption = None,
+    limit: LimitOption = None,
+    ids: IdsOption = None,
+    json_out: JsonOption = False,
+) -> None:
+    """Train the step-ranking diagnoser on the labelled failed runs matching the filters.
+
+    The model file records the datasets and tasks it was trained on: `diagnose eval
+    --model-file` scores those as in-sample, apart from the rest.
+    """
+    guarded(_train)(db, make_filter(harness, model, env, task, None, limit, ids), out, json_out)
+
+
+def _train(db, flt, out, json_out) -> None:
+    from trajforge.diagnose.trained import save_ranker, train_from_store
+
+    with open_store(db) as store:
+        trained = train_from_store(store, flt)
+    save_ranker(trained, out)
+    summary = {"model_file": str(out), "runs": trained.runs, "trained_on": trained.trained_on}
+    if json_out:
+        print_json(summary)
+        return
+    console.print(f"trained on {trained.runs} runs of {', '.join(trained.trained_on)} -> {out}")
 
 
 @app.command("views")

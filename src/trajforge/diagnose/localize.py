@@ -77,3 +77,4 @@ LOCALIZERS.register("counterfactual", "trajforge.diagnose.counterfactual:Counter
 LOCALIZERS.register("auto", "trajforge.diagnose.localize:AutoLocalizer")
 LOCALIZERS.register("prior", "trajforge.diagnose.prior:PriorLocalizer")
 LOCALIZERS.register("calibrated", "trajforge.diagnose.calibrated:CalibratedLocalizer")
+LOCALIZERS.register("trained", "trajforge.diagnose.trained:RankerTrainer")
