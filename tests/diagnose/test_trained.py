@@ -67,7 +67,7 @@ def test_model_file_round_trip_and_version_check(household, tmp_path: Path) -> N
     assert load_ranker(path) == model
     stale = orjson.loads(path.read_bytes()) | {"feature_version": "steps-v0"}
     path.write_bytes(orjson.dumps(stale))
-    with pytest.raises(UserError, match="feature set 'steps-v0'.*retrain"):
+    with pytest.raises(UserError, match=r"feature set 'steps-v0'.*retrain"):
         load_ranker(path)
     path.write_text("{}")
     with pytest.raises(UserError, match="not a diagnoser model file"):

@@ -3,8 +3,8 @@
 Every candidate step of a labelled failed run is a training row (`step_features`); the
 labelled decisive step is the positive one. A logistic regression on standardized features
 scores each step (one model per log format with enough training runs, and one for all runs
-that serves the other formats); the diagnosis is the highest-scoring step of the run and its confidence
-the softmax share of that score among the run's steps.
+that serves the other formats); the diagnosis is the highest-scoring step of the run and its
+confidence the softmax share of that score among the run's steps.
 
 Training data: failures whose decisive step is known exactly — noisy-expert runs in
 forkable environments labelled by the counterfactual oracle (`diagnose synthesize`) — and
@@ -211,7 +211,9 @@ def load_ranker(path: str | Path) -> RankerModel:
     try:
         model = RankerModel.model_validate_json(path.read_bytes())
     except FileNotFoundError:
-        raise UserError(f"no model file at {path}; train one with `trajforge diagnose train`")
+        raise UserError(
+            f"no model file at {path}; train one with `trajforge diagnose train`"
+        ) from None
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "file"
