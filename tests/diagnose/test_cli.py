@@ -123,6 +123,7 @@ def test_llm_method_over_mock_server(db: Path) -> None:
         code, out = _invoke(
             "diagnose", "--db", str(db), "--id", run.id, "--method", "llm",
             "--base-url", server.base_url, "--llm-model", "judge", "--json",
+            "--no-judge-evidence",
         )  # fmt: skip
     assert code == 0, out
     (listed,) = orjson.loads(out)

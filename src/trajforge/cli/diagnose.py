@@ -45,6 +45,14 @@ JudgeModeOption = Annotated[
     str, typer.Option("--judge-mode", help="LLM judge: all-at-once or step-by-step.")
 ]
 
+EvidenceOption = Annotated[
+    bool,
+    typer.Option(
+        "--judge-evidence/--no-judge-evidence",
+        help="LLM judge: show it the validation log and require citations of it (default).",
+    ),
+]
+
 JUDGE_MODES = ("all-at-once", "step-by-step")
 
 app = typer.Typer(
@@ -67,6 +75,7 @@ def _localizer(
     llm_model: str | None,
     mode: str,
     model_file: Path | None = None,
+    evidence_first: bool = True,
 ):
     from trajforge.diagnose.run import make_localizer
 
@@ -82,10 +91,12 @@ def _localizer(
         return make_localizer(method)
     if mode not in JUDGE_MODES:
         raise UserError(f"--judge-mode must be one of {', '.join(JUDGE_MODES)}, got '{mode}'")
+    from trajforge.diagnose.judge import JudgeConfig
     from trajforge.models.openai_compat import OpenAICompatibleModel, OpenAIModelConfig
 
     model = OpenAICompatibleModel(OpenAIModelConfig(base_url=base_url, model=llm_model))
-    return make_localizer("llm", model=model, mode=mode)
+    config = JudgeConfig(mode=mode, evidence_first=evidence_first)  # type: ignore[arg-type]
+    return make_localizer("llm", model=model, config=config)
 
 
 @app.callback(invoke_without_command=True)
@@ -103,6 +114,7 @@ def diagnose_command(
     llm_model: LlmModelOption = None,
     judge_mode: JudgeModeOption = "all-at-once",
     model_file: ModelFileOption = None,
+    judge_evidence: EvidenceOption = True,
     json_out: JsonOption = False,
 ) -> None:
     """Diagnose the failed runs matching the filters and store the diagnoses."""
@@ -111,20 +123,17 @@ def diagnose_command(
     guarded(_run)(
         db,
         make_filter(harness, model, env, task, None, limit, ids),
-        method,
-        base_url,
-        llm_model,
-        judge_mode,
-        model_file,
+        lambda: _localizer(method, base_url, llm_model, judge_mode, model_file, judge_evidence),
         json_out,
     )
 
 
-def _run(db, flt, method, base_url, llm_model, judge_mode, model_file, json_out) -> None:
+def _run(db, flt, make_localizer, json_out) -> None:
     from trajforge.diagnose.run import diagnose_runs, select_failures
     from trajforge.diagnose.storage import save_diagnoses
 
-    localizer = _localizer(method, base_url, llm_model, judge_mode, model_file)
+    localizer = make_localizer()
+    method = localizer.name
     with open_store(db) as store:
         runs = select_failures(store, flt)
         with progress_bar(json_out) as progress:
@@ -196,6 +205,7 @@ def eval_command(
     bootstrap: Annotated[int, typer.Option("--bootstrap", help="Bootstrap rounds.")] = 1000,
     never_tune: NeverTuneOption = None,
     model_file: ModelFileOption = None,
+    judge_evidence: EvidenceOption = True,
     fresh: Annotated[
         bool, typer.Option("--fresh", help="Ignore stored diagnoses; diagnose again.")
     ] = False,
@@ -211,8 +221,8 @@ def eval_command(
     guarded(_eval)(
         db,
         make_filter(harness, model, env, task, None, limit, ids),
-        _localizer(method, base_url, llm_model, judge_mode, model_file),
-        _holdout_config(split, folds, seed, bootstrap, never_tune),
+        lambda: _localizer(method, base_url, llm_model, judge_mode, model_file, judge_evidence),
+        lambda: _holdout_config(split, folds, seed, bootstrap, never_tune),
         fresh,
         json_out,
     )
@@ -230,9 +240,10 @@ def _holdout_config(split, folds, seed, bootstrap, never_tune):
     )
 
 
-def _eval(db, flt, localizer, config, fresh, json_out) -> None:
+def _eval(db, flt, make_localizer, make_config, fresh, json_out) -> None:
     from trajforge.diagnose.holdout import evaluate_store
 
+    localizer, config = make_localizer(), make_config()
     with open_store(db) as store, progress_bar(json_out) as progress:
         bar = progress.add_task(f"diagnosing ({localizer.name})", total=None)
         report = evaluate_store(
