@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
-import numpy as np
 import typer
 from rich.table import Table
 
@@ -197,6 +196,8 @@ def score_command(
 
 
 def _print_curve(traj: Trajectory, detector: Detector, curve: list[tuple[int, float]]) -> None:
+    import numpy as np
+
     from trajforge.monitor.stoprule import stop_step
 
     threshold = detector.thresholds.get(str(detector.config.default_loss))
