@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from trajforge.cli import browse, importing, report
+from trajforge.cli import browse, importing, report, ui
 from trajforge.cli import diagnose as diagnose_cli
 from trajforge.cli import envs as envs_cli
 from trajforge.cli import monitor as monitor_cli
@@ -36,6 +36,7 @@ app.command("fork")(guarded(envs_cli.fork_command))
 app.command("handoff")(guarded(envs_cli.handoff_command))
 app.command("rft")(guarded(rollout_cli.rft_command))
 app.command("robustness")(guarded(rollout_cli.robustness_command))
+app.command("ui")(guarded(ui.ui_command))
 
 
 if __name__ == "__main__":
