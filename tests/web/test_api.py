@@ -11,9 +11,10 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from tests.web.conftest import WHO_AND_WHEN, UiStore, free_port
 from trajforge.store import Store
 from trajforge.web import UiConfig, create_app
+
+from .conftest import WHO_AND_WHEN, UiStore, free_port
 
 PHRASE = "Twelve animals of the Chinese zodiac"
 
