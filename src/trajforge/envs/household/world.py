@@ -169,13 +169,25 @@ def _name_all(kinds: list[str]) -> list[str]:
     return names
 
 
+def _object_types(rng: random.Random, total: int, count: int) -> list[str]:
+    """Random object types; at least one type occurs `count` times (a goal needs that many).
+
+    When the draw has no such type, the last objects become copies of the first object's
+    type: the draw (and so every other world) is unchanged, only the rare failing world is.
+    """
+    types = [rng.choice(list(OBJECT_PROPERTIES)) for _ in range(total)]
+    if max(types.count(kind) for kind in types) < count:
+        types[total - count + 1 :] = [types[0]] * (count - 1)
+    return types
+
+
 def _build_layout(rng: random.Random, config: dict) -> Layout:
     rooms, adjacent = _rooms(rng, config["rooms"])
     pairs = _receptacles(rng, rooms, config["receptacles"], config["props"])
     names = _name_all([kind for _, kind in pairs])
     room_of = {name: room for name, (room, _) in zip(names, pairs, strict=True)}
     kind_of = {name: kind for name, (_, kind) in zip(names, pairs, strict=True)}
-    types = [rng.choice(list(OBJECT_PROPERTIES)) for _ in range(config["objects"])]
+    types = _object_types(rng, config["objects"], config["count"])
     objects = _name_all(types)
     layout = Layout(
         rooms=rooms,
