@@ -134,11 +134,15 @@ def run_page(store: Store, query: RunQuery) -> RunPage:
     return RunPage(total=total, runs=runs)
 
 
+CHECK_SEARCH_SQL = (
+    "SELECT count(*) FROM (SELECT rowid FROM run_search WHERE run_search MATCH ? LIMIT 1)"
+)
+
+
 def check_search(store: Store, q: str) -> None:
     """A `UserError` that says how to write the query when FTS5 cannot parse `q`."""
-    sql = "SELECT count(*) FROM (SELECT rowid FROM run_search WHERE run_search MATCH ? LIMIT 1)"
     try:
-        store.db.execute(sql, (q,)).fetchone()
+        store.db.execute(CHECK_SEARCH_SQL, (q,)).fetchone()
     except sqlite3.OperationalError as exc:
         raise UserError(
             f"search query {q!r} is not valid: {str(exc).removeprefix('fts5: ')}. Write words, "
@@ -169,26 +173,67 @@ def _summary(row: tuple) -> RunSummary:
     )
 
 
-def _attach_diagnoses(store: Store, runs: list[RunSummary]) -> None:
-    if not runs:
-        return
-    by_id = {run.id: run for run in runs}
-    marks = ",".join("?" for _ in by_id)
+def _diagnoses_sql(ids: list[str]) -> tuple[str, list[Any]]:
+    marks = ",".join("?" for _ in ids)
     sql = f"SELECT trajectory_id, category FROM diagnoses WHERE trajectory_id IN ({marks})"
-    for traj_id, category in store.db.execute(sql, list(by_id)):
-        by_id[traj_id].diagnoses.append(category or "unknown")
+    return sql, ids
 
 
-def _attach_snippets(store: Store, q: str, rows: list[tuple], runs: list[RunSummary]) -> None:
-    by_rowid = {row[0]: run for row, run in zip(rows, runs, strict=True)}
-    marks = ",".join("?" for _ in by_rowid)
+def _snippets_sql(q: str, rowids: list[int]) -> tuple[str, list[Any]]:
+    marks = ",".join("?" for _ in rowids)
     start, end = SNIPPET_MARKS
     sql = (
         f"SELECT rowid, snippet(run_search, 0, '{start}', '{end}', '…', 16) FROM run_search "
         f"WHERE run_search MATCH ? AND rowid IN ({marks})"
     )
-    for rowid, snippet in store.db.execute(sql, [q, *by_rowid]):
+    return sql, [q, *rowids]
+
+
+def _attach_diagnoses(store: Store, runs: list[RunSummary]) -> None:
+    if not runs:
+        return
+    by_id = {run.id: run for run in runs}
+    for traj_id, category in store.db.execute(*_diagnoses_sql(list(by_id))):
+        by_id[traj_id].diagnoses.append(category or "unknown")
+
+
+def _attach_snippets(store: Store, q: str, rows: list[tuple], runs: list[RunSummary]) -> None:
+    by_rowid = {row[0]: run for row, run in zip(rows, runs, strict=True)}
+    for rowid, snippet in store.db.execute(*_snippets_sql(q, list(by_rowid))):
         by_rowid[rowid].snippet = snippet
+
+
+def page_statements(store: Store, query: RunQuery) -> list[tuple[str, list[Any]]]:
+    """Every SQL statement `run_page` runs for `query`, with parameters, in order (for
+    measuring the bare SQL a page needs; the page's rows are read once to know them)."""
+    statements = [(CHECK_SEARCH_SQL, [query.q])] if query.q else []
+    (rows_sql, params), total = page_sql(query)
+    rows = store.db.execute(rows_sql, params).fetchall()
+    statements += [(rows_sql, params), total]
+    if rows:
+        statements.append(_diagnoses_sql([row[1] for row in rows]))
+        if query.q:
+            statements.append(_snippets_sql(query.q, [row[0] for row in rows]))
+    return statements
+
+
+def run_statements(store: Store, statements: list[tuple[str, list[Any]]]) -> int:
+    """Run statements and fetch all their rows; returns the number of rows (benchmarks)."""
+    return sum(len(store.db.execute(sql, params).fetchall()) for sql, params in statements)
+
+
+def run_view_statements(store: Store, traj_id: str) -> list[tuple[str, list[Any]]]:
+    """The SQL statements the run view needs: resolve the id, read the document, its
+    diagnoses and its number of forks."""
+    return [
+        ("SELECT id FROM trajectories WHERE id LIKE ? LIMIT 3", [f"{traj_id}%"]),
+        ("SELECT doc FROM trajectories WHERE id = ?", [traj_id]),
+        (
+            "SELECT doc FROM diagnoses WHERE trajectory_id IN (?) ORDER BY created_at",
+            [traj_id],
+        ),
+        ("SELECT count(*) FROM trajectories WHERE parent_id = ?", [traj_id]),
+    ]
 
 
 def run_document(store: Store, traj_id: str) -> bytes:
@@ -267,6 +312,12 @@ def _tree_row(store: Store, traj_id: str) -> TreeNode | None:
 def _children(store: Store, traj_id: str) -> list[TreeNode]:
     sql = f"SELECT {_TREE_FIELDS} FROM trajectories WHERE parent_id = ? ORDER BY fork_index, rowid"
     return [_tree_node(row) for row in store.db.execute(sql, (traj_id,))]
+
+
+def child_count(store: Store, traj_id: str) -> int:
+    """How many stored forks continue this run."""
+    sql = "SELECT count(*) FROM trajectories WHERE parent_id = ?"
+    return store.db.execute(sql, (traj_id,)).fetchone()[0]
 
 
 class Change(BaseModel):

@@ -8,6 +8,7 @@ policy, goes to a worker thread with its own connection.
 from __future__ import annotations
 
 import hmac
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from urllib.parse import parse_qs
@@ -23,7 +24,7 @@ from trajforge.diagnose.storage import load_diagnoses
 from trajforge.errors import UserError
 from trajforge.schema import Trajectory
 from trajforge.store import Store
-from trajforge.store.runs import fork_tree, run_document
+from trajforge.store.runs import child_count, fork_tree, run_document
 from trajforge.web import compare, datasets, forks, live, run_view, runs, tokens
 from trajforge.web.forking import fork_form, run_fork
 from trajforge.web.html import error_page, page
@@ -70,6 +71,15 @@ def create_app(config: UiConfig) -> FastAPI:
 
 
 def _install_guards(app: FastAPI, token: str | None) -> None:
+    @app.middleware("http")
+    async def server_timing(request: Request, call_next) -> Response:
+        """`Server-Timing: app;dur=MS`: time in the app until the response starts."""
+        start = time.perf_counter()
+        response = await call_next(request)
+        elapsed_ms = (time.perf_counter() - start) * 1000
+        response.headers["Server-Timing"] = f"app;dur={elapsed_ms:.3f}"
+        return response
+
     @app.middleware("http")
     async def require_token(request: Request, call_next) -> Response:
         if token is None:
@@ -144,17 +154,18 @@ def _pages(app: FastAPI, store: Store, scorer: RiskScorer, config: UiConfig) -> 
     async def run_page(request: Request, traj_id: str) -> HTMLResponse:
         traj = _get(store, traj_id)
         diagnoses = load_diagnoses(store, [traj.id])
-        children = len(fork_tree(store, traj.id, max_nodes=2).children)
+        body = run_view.run_view(traj, diagnoses, _params(request), child_count(store, traj.id))
+        return _html(f"Run {traj.id[:12]}", body)
+
+    @app.get("/runs/{traj_id}/risk", response_class=HTMLResponse)
+    async def risk_fragment(traj_id: str) -> HTMLResponse:
         note = (
             f"model file {config.monitor.name}"
             if scorer.from_file
             else "rule detector: start the UI with --monitor MODEL for a learned risk and its "
             "stop threshold"
         )
-        body = run_view.run_view(
-            traj, diagnoses, scorer.curve(traj), _params(request), children, note
-        )
-        return _html(f"Run {traj.id[:12]}", body)
+        return HTMLResponse(run_view.risk_block(scorer.curve(_get(store, traj_id)), note))
 
     @app.get("/runs/{traj_id}/tree", response_class=HTMLResponse)
     async def tree_page(traj_id: str) -> HTMLResponse:

@@ -20,20 +20,18 @@ FOLD_CHARS = 1200
 
 
 def run_view(
-    traj: Trajectory,
-    diagnoses: list[Diagnosis],
-    curve: RiskCurve | None,
-    params: Mapping[str, str],
-    children: int,
-    curve_note: str,
+    traj: Trajectory, diagnoses: list[Diagnosis], params: Mapping[str, str], children: int
 ) -> str:
+    """The page body. The risk curve is a separate fragment (`risk_block`) the page loads
+    after it shows: scoring every prefix costs more than the rest of the page."""
     selected = _int_or_none(params.get("msg"))
     terms = _terms(params.get("q"))
-    notes = _annotations(traj, diagnoses, curve)
+    notes = _annotations(traj, diagnoses)
     parts = [
         _heading(traj, children),
         _diagnoses_block(traj, diagnoses),
-        _risk_block(curve, curve_note),
+        f'<section class="risk" id="risk" data-src="/runs/{h(traj.id)}/risk">'
+        '<p class="dim">scoring failure risk…</p></section>',
         '<section class="timeline" id="timeline">',
         *(
             _message(traj, i, m, notes.get(i, []), i == selected, terms)
@@ -107,7 +105,8 @@ def _diagnoses_block(traj: Trajectory, diagnoses: list[Diagnosis]) -> str:
     return f'<section class="diagnoses"><h2>Diagnoses</h2><ul>{"".join(items)}</ul></section>'
 
 
-def _risk_block(curve: RiskCurve | None, note: str) -> str:
+def risk_block(curve: RiskCurve | None, note: str) -> str:
+    """The failure-risk plot with its threshold and stop point (an HTML fragment)."""
     if curve is None:
         return '<p class="dim">no failure-risk curve: this run has no agent steps</p>'
     labels = [f"message {i}" for i in curve.message_indices]
@@ -118,16 +117,20 @@ def _risk_block(curve: RiskCurve | None, note: str) -> str:
         else "the stop rule does not fire on this run"
     )
     threshold = "" if curve.threshold is None else f", threshold {curve.threshold:.3f}"
+    marker = ""
+    if curve.stop_message is not None:  # app.js puts this note on the stop message
+        note = f'<div class="note stop">monitor would stop here (step {curve.stop_step})</div>'
+        marker = (
+            f'<span hidden data-stop-message="{curve.stop_message}" data-note="{h(note)}"></span>'
+        )
     return (
-        f'<section class="risk"><h2>Failure risk ({h(curve.detector)}{threshold})</h2>'
+        f"<h2>Failure risk ({h(curve.detector)}{threshold})</h2>"
         f"{risk_plot(curve.risks, curve.threshold, curve.stop_step, labels)}"
-        f'<p class="dim">{stop}. {h(note)}</p></section>'
+        f'<p class="dim">{stop}. {h(note)}</p>{marker}'
     )
 
 
-def _annotations(
-    traj: Trajectory, diagnoses: list[Diagnosis], curve: RiskCurve | None
-) -> dict[int, list[str]]:
+def _annotations(traj: Trajectory, diagnoses: list[Diagnosis]) -> dict[int, list[str]]:
     notes: dict[int, list[str]] = defaultdict(list)
     for label in traj.labels:
         where = label.message_index if label.message_index is not None else 0
@@ -152,10 +155,6 @@ def _annotations(
                 f'<div class="note evidence">cited by the {h(d.method)} diagnosis: '
                 f"{h(e.note or e.quote)}</div>"
             )
-    if curve and curve.stop_message is not None:
-        notes[curve.stop_message].append(
-            f'<div class="note stop">monitor would stop here (step {curve.stop_step})</div>'
-        )
     return notes
 
 
@@ -167,10 +166,10 @@ def _message(
     body = _text_block(m.text(), terms) if m.text() else ""
     calls = "".join(_tool_call(c.name, c.arguments) for c in m.tool_calls or [])
     answered = f' <span class="dim">answers {h(m.tool_call_id)}</span>' if m.tool_call_id else ""
-    fork = url(f"/runs/{traj.id}/fork", {"at": i})
+    run = h(traj.id)
     actions = (
-        f'<a href="{h(url(f"/runs/{traj.id}", {"msg": i}))}" class="dim">#{i}</a> '
-        f'<a href="{h(fork)}" class="fork-link">fork from here</a>'
+        f'<a href="/runs/{run}?msg={i}" class="dim">#{i}</a> '
+        f'<a href="/runs/{run}/fork?at={i}" class="fork-link">fork from here</a>'
     )
     return (
         f'<article class="{cls}" id="m-{i}" data-index="{i}"><header><b>{h(speaker)}</b>'

@@ -50,11 +50,15 @@ def _legend() -> str:
     )
 
 
-def _drift_reason(call: LLMCall | None) -> str:
+def _start(call: LLMCall | None) -> str:
+    """Why a sequence starts: the session's first call, a drift point, or a prompt that does
+    not extend the sequence."""
     status = ((call.extra if call else {}).get("drift") or {}).get("status")
     if status in DRIFT_STATUSES:
-        return f"drift point: history {status}"
-    return "first call" if status in (None, "first") else f"new sequence ({status})"
+        return f'<span class="drift">drift point: history {h(status)}</span>'
+    if status in (None, "first"):
+        return "starts at the first call"
+    return f'<span class="drift">new sequence: the prompt does not extend it ({h(status)})</span>'
 
 
 def _sequence(number: int, sequence, first: LLMCall | None, traj: Trajectory) -> str:
@@ -79,7 +83,7 @@ def _sequence(number: int, sequence, first: LLMCall | None, traj: Trajectory) ->
     mean = sum(sequence.logprobs) / sampled if sampled else 0.0
     return (
         f'<section class="sequence" id="seq-{number}"><h2>Sequence {number}: '
-        f'<span class="drift">{h(_drift_reason(first))}</span></h2>'
+        f"{_start(first)}</h2>"
         f"<p class=dim>{len(sequence.prompt)} prompt tokens, {len(sequence.tokens)} after it "
         f"({sampled} sampled, mean logprob {mean:.3f}), calls {h(', '.join(sequence.call_ids))}"
         f'</p>{_answers(sequence.call_ids, traj)}<div class="tokens">{"".join(cells)}{more}</div>'

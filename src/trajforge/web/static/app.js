@@ -52,6 +52,17 @@ document.addEventListener("DOMContentLoaded", () => {
   if (runs) watchRuns(runs);
   const activity = document.getElementById("activity");
   if (activity) watchActivity(activity);
+  const risk = document.getElementById("risk");
+  if (risk && risk.dataset.src) {
+    fetch(risk.dataset.src).then((r) => r.text()).then((html) => {
+      risk.innerHTML = html;
+      const stop = risk.querySelector("[data-stop-message]");
+      if (stop) {
+        const target = document.getElementById("m-" + stop.dataset.stopMessage);
+        if (target) target.querySelector("header").insertAdjacentHTML("afterend", stop.dataset.note);
+      }
+    });
+  }
   const selected = document.querySelector(".msg.selected");
   if (selected) selected.scrollIntoView({ block: "center" });
 });
