@@ -39,5 +39,7 @@ def ui_command(
     open_store(path).close()  # a missing store is one clear error line
     app = create_app(UiConfig(db=path, token=token, monitor=monitor))
     shown = f"http://{host}:{port}/" + (f"?token={token}" if token else "")
-    console.print(f"trajforge UI on {shown} (store {path}); Ctrl-C stops it", markup=False)
+    console.print(
+        f"trajforge UI on {shown} (store {path}); Ctrl-C stops it", markup=False, soft_wrap=True
+    )
     uvicorn.run(app, host=host, port=port, log_level="warning")

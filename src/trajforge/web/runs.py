@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping
 
 from trajforge.store import Store
@@ -138,8 +139,8 @@ def row_cells(
         outcome_badge(run.success),
         str(run.steps),
         "" if run.tokens is None else f"{run.tokens:,}",
-        h(" ".join(run.labels)),
-        h(" ".join(run.faults)),
+        _tally(run.labels),
+        _tally(run.faults),
         h(" ".join(run.diagnoses)),
     ]
     if risk is not None:
@@ -156,6 +157,15 @@ def live_row(store: Store, traj_id: str, params: Mapping[str, str]) -> tuple[str
         return None
     run = result.runs[0]
     return _row_html(run, row_cells(run, None, None), "live"), _run_json(run)
+
+
+def _tally(items: list[str]) -> str:
+    """`kind:message` items as counts by kind ("oracle ×3"), the full list on hover."""
+    if not items:
+        return ""
+    counts = Counter(item.split(":", 1)[0] for item in items)
+    shown = ", ".join(f"{kind} ×{n}" if n > 1 else kind for kind, n in counts.items())
+    return f'<span title="{h(" ".join(items))}">{h(shown)}</span>'
 
 
 def _risk_cell(value: float | None) -> str:
