@@ -10,6 +10,7 @@ prefix*); a query SQLite cannot parse is a `UserError` that says how to write it
 from __future__ import annotations
 
 import sqlite3
+from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
@@ -48,8 +49,9 @@ class RunQuery(BaseModel):
     per_page: int = Field(default=50, ge=1, le=MAX_PER_PAGE, description="Runs per page.")
 
 
-class RunSummary(BaseModel):
-    """One row of the runs table."""
+@dataclass(slots=True)
+class RunSummary:
+    """One row of the runs table (a dataclass: a page builds fifty of them per request)."""
 
     id: str
     source: str | None
@@ -64,13 +66,21 @@ class RunSummary(BaseModel):
     tokens: int | None
     parent_id: str | None
     fork_index: int | None
-    labels: list[str] = Field(default_factory=list, description="source:message per label.")
-    faults: list[str] = Field(default_factory=list, description="kind:message per fault.")
-    diagnoses: list[str] = Field(default_factory=list, description="Diagnosis categories.")
-    snippet: str | None = Field(default=None, description="Matched text, when searching.")
+    labels: list[str] = field(default_factory=list)
+    """source:message per label."""
+    faults: list[str] = field(default_factory=list)
+    """kind:message per fault."""
+    diagnoses: list[str] = field(default_factory=list)
+    """Categories of the run's diagnoses."""
+    snippet: str | None = None
+    """Matched text, when searching."""
+
+    def as_json(self) -> dict[str, Any]:
+        return asdict(self)
 
 
-class RunPage(BaseModel):
+@dataclass(slots=True)
+class RunPage:
     total: int
     runs: list[RunSummary]
 
@@ -152,6 +162,7 @@ def check_search(store: Store, q: str) -> None:
 
 
 def _summary(row: tuple) -> RunSummary:
+    """A row of `_ROW_FIELDS` as a summary."""
     (_, traj_id, harness, model, env, task, success, reward, run, n_messages, steps, tokens,
      parent, fork_index, labels, faults) = row  # fmt: skip
     return RunSummary(

@@ -18,7 +18,9 @@ from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Resp
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, Field
 from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import MutableHeaders
 from starlette.responses import StreamingResponse
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from trajforge.diagnose.storage import load_diagnoses
 from trajforge.errors import UserError
@@ -64,6 +66,7 @@ def create_app(config: UiConfig) -> FastAPI:
     app.state.store = store
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     _install_guards(app, config.token)
+    app.add_middleware(ServerTiming)
     _pages(app, store, scorer, config)
     _api(app, store)
     app.router.on_shutdown.append(store.close)
@@ -71,32 +74,8 @@ def create_app(config: UiConfig) -> FastAPI:
 
 
 def _install_guards(app: FastAPI, token: str | None) -> None:
-    @app.middleware("http")
-    async def server_timing(request: Request, call_next) -> Response:
-        """`Server-Timing: app;dur=MS`: time in the app until the response starts."""
-        start = time.perf_counter()
-        response = await call_next(request)
-        elapsed_ms = (time.perf_counter() - start) * 1000
-        response.headers["Server-Timing"] = f"app;dur={elapsed_ms:.3f}"
-        return response
-
-    @app.middleware("http")
-    async def require_token(request: Request, call_next) -> Response:
-        if token is None:
-            return await call_next(request)
-        given = _given_token(request)
-        if given is None or not hmac.compare_digest(given.encode(), token.encode()):
-            return _error(
-                request,
-                401,
-                "token required",
-                "this trajforge UI was started with "
-                "--token; open it with ?token=TOKEN or send Authorization: Bearer TOKEN",
-            )
-        response = await call_next(request)
-        if request.query_params.get("token"):
-            response.set_cookie(TOKEN_COOKIE, token, httponly=True, samesite="strict")
-        return response
+    if token is not None:
+        _require_token(app, token)
 
     @app.exception_handler(NotFound)
     async def not_found(request: Request, exc: NotFound) -> Response:
@@ -113,6 +92,49 @@ def _install_guards(app: FastAPI, token: str | None) -> None:
     @app.exception_handler(Exception)
     async def internal(request: Request, exc: Exception) -> Response:
         return _error(request, 500, "internal error", f"{type(exc).__name__}: {exc}")
+
+
+def _require_token(app: FastAPI, token: str) -> None:
+    """Every request needs the token (header, `?token=` which sets a cookie, or the cookie)."""
+
+    @app.middleware("http")
+    async def require_token(request: Request, call_next) -> Response:
+        given = _given_token(request)
+        if given is None or not hmac.compare_digest(given.encode(), token.encode()):
+            return _error(
+                request,
+                401,
+                "token required",
+                "this trajforge UI was started with "
+                "--token; open it with ?token=TOKEN or send Authorization: Bearer TOKEN",
+            )
+        response = await call_next(request)
+        if request.query_params.get("token"):
+            response.set_cookie(TOKEN_COOKIE, token, httponly=True, samesite="strict")
+        return response
+
+
+class ServerTiming:
+    """ASGI middleware: `Server-Timing: app;dur=MS`, the time from the request reaching the
+    app to its response starting (a page is rendered whole before it starts)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        start = time.perf_counter()
+
+        async def timed_send(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                elapsed_ms = (time.perf_counter() - start) * 1000
+                headers = MutableHeaders(scope=message)
+                headers.append("Server-Timing", f"app;dur={elapsed_ms:.3f}")
+            await send(message)
+
+        await self.app(scope, receive, timed_send)
 
 
 def _given_token(request: Request) -> str | None:

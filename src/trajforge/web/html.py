@@ -7,8 +7,9 @@ build. Every value that comes from the store passes through `h()`.
 from __future__ import annotations
 
 import html
+import re
 from collections.abc import Iterable, Mapping
-from urllib.parse import urlencode
+from urllib.parse import quote_plus
 
 NAV = (
     ("/", "Runs"),
@@ -18,18 +19,31 @@ NAV = (
 )
 
 
+_SPECIAL = re.compile(r"[&<>\"']")
+
+
 def h(value: object) -> str:
     """HTML-escaped text of any value (None is empty)."""
-    return "" if value is None else html.escape(str(value), quote=True)
+    if value is None:
+        return ""
+    text = value if isinstance(value, str) else str(value)
+    return html.escape(text, quote=True) if _SPECIAL.search(text) else text
+
+
+_PLAIN = re.compile(r"[\w.\-]*", re.ASCII)
 
 
 def url(path: str, params: Mapping[str, object] | None = None) -> str:
     """`path` with the non-empty parameters as a query string (lists repeat the key)."""
-    pairs: list[tuple[str, str]] = []
+    pairs: list[str] = []
     for key, value in (params or {}).items():
         values = value if isinstance(value, list | tuple) else [value]
-        pairs.extend((key, str(v)) for v in values if v not in (None, "", False))
-    return f"{path}?{urlencode(pairs)}" if pairs else path
+        pairs.extend(f"{key}={_quoted(str(v))}" for v in values if v not in (None, "", False))
+    return f"{path}?{'&'.join(pairs)}" if pairs else path
+
+
+def _quoted(text: str) -> str:
+    return text if _PLAIN.fullmatch(text) else quote_plus(text)
 
 
 def link(href: str, text: object, cls: str = "") -> str:
@@ -42,7 +56,8 @@ def short_id(traj_id: str) -> str:
 
 
 def run_link(traj_id: str, params: Mapping[str, object] | None = None) -> str:
-    return f'<a class="mono" href="{h(url(f"/runs/{traj_id}", params))}">{h(short_id(traj_id))}</a>'
+    href = url(f"/runs/{traj_id}", params) if params else f"/runs/{traj_id}"
+    return f'<a class="mono" href="{h(href)}">{h(short_id(traj_id))}</a>'
 
 
 def outcome_badge(success: bool | None) -> str:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Mapping
 
 from trajforge.store import Store
@@ -32,7 +31,7 @@ def api_runs(store: Store, params: Mapping[str, str]) -> dict:
 
 
 def _run_json(run: RunSummary) -> dict:
-    data = run.model_dump()
+    data = run.as_json()
     if data["snippet"] is not None:
         start, end = SNIPPET_MARKS
         data["snippet"] = data["snippet"].replace(start, "[").replace(end, "]")
@@ -163,7 +162,10 @@ def _tally(items: list[str]) -> str:
     """`kind:message` items as counts by kind ("oracle ×3"), the full list on hover."""
     if not items:
         return ""
-    counts = Counter(item.split(":", 1)[0] for item in items)
+    counts: dict[str, int] = {}
+    for item in items:
+        kind = item.split(":", 1)[0]
+        counts[kind] = counts.get(kind, 0) + 1
     shown = ", ".join(f"{kind} ×{n}" if n > 1 else kind for kind, n in counts.items())
     return f'<span title="{h(" ".join(items))}">{h(shown)}</span>'
 
