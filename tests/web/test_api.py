@@ -175,3 +175,24 @@ def test_cli_ui_binds_loopback_and_refuses_a_missing_store(ui_store: UiStore, tm
         process.terminate()
         process.wait(timeout=10)
     assert json.dumps(body)
+
+
+def test_compare_groups_success_interval_and_pass_k(client: TestClient) -> None:
+    page = client.get(
+        "/compare", params=[("g", "model:gpt-4o,env:tau-airline"), ("g", "source:captain-agent")]
+    ).text
+    assert 'id="compare-table"' in page
+    airline, captain = page.split("<tr>")[2:4]  # header row first
+    cells = [c.split("</td>")[0] for c in airline.split("<td>")[1:]]
+    assert cells[1:4] == ["200", "200", "0.420"]  # 84 of 200 runs got reward 1
+    assert cells[4] == "[0.354, 0.489]"  # Wilson 95%
+    assert cells[5] == "0.420"  # pass^1 with 4 trials of every task is the success rate
+    assert "0.000" in captain  # Who&When runs all failed
+
+
+def test_wilson_interval() -> None:
+    from trajforge.web.compare import wilson
+
+    low, high = wilson(84, 200)
+    assert (round(low, 3), round(high, 3)) == (0.354, 0.489)
+    assert wilson(0, 0) is None

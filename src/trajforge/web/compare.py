@@ -1,8 +1,9 @@
 """Compare groups of runs: success with Wilson intervals, pass^k per task, step and token
 distributions, and the tasks where the groups disagree.
 
-A group is `FIELD:VALUE` with FIELD one of model, run, source, env (`?g=model:gpt-4o&g=...`),
-or `?by=FIELD` for the most common values of one field.
+A group is `FIELD:VALUE` with FIELD one of model (a substring), run, source, env, or several
+joined by commas (`?g=model:gpt-4o,env:tau-airline&g=...`); or `?by=FIELD` for the most
+common values of one field.
 """
 
 from __future__ import annotations
@@ -49,12 +50,17 @@ def wilson(successes: int, n: int, z: float = 1.96) -> tuple[float, float] | Non
 
 
 def group_filter(spec: str) -> TrajectoryFilter:
-    field, _, value = spec.partition(":")
-    if field not in FIELDS or not value:
-        raise UserError(f"group '{spec}' is not FIELD:VALUE with FIELD one of {', '.join(FIELDS)}")
-    if field == "model":
-        return TrajectoryFilter(model=value)
-    return TrajectoryFilter(**{FIELDS[field]: value})
+    """A group's filter: `FIELD:VALUE`, or several joined by commas (all must hold)."""
+    fields: dict[str, object] = {}
+    for part in spec.split(","):
+        field, _, value = part.strip().partition(":")
+        if field not in FIELDS or not value:
+            raise UserError(
+                f"group '{spec}' is not FIELD:VALUE[,FIELD:VALUE...] with FIELD one of "
+                f"{', '.join(FIELDS)}"
+            )
+        fields[FIELDS[field]] = value
+    return TrajectoryFilter(**fields)
 
 
 def group_stats(store: Store, spec: str) -> GroupStats:
@@ -134,7 +140,7 @@ def _form(specs: list[str]) -> str:
     by = " · ".join(link(url("/compare", {"by": f}), f"by {f}") for f in FIELDS)
     return (
         '<h1>Compare</h1><form method="get" action="/compare" class="filters">'
-        f"groups (FIELD:VALUE, FIELD one of {', '.join(FIELDS)}): {inputs}"
+        f"groups (FIELD:VALUE[,FIELD:VALUE...], FIELD one of {', '.join(FIELDS)}): {inputs}"
         f"<button>Compare</button></form><p>{by}</p>"
     )
 
