@@ -82,6 +82,25 @@ def m003_proxy_calls(db: sqlite3.Connection) -> None:
     db.execute("CREATE INDEX idx_proxy_calls_trajectory ON proxy_calls(trajectory_id)")
 
 
+def m004_summary_columns_and_filter_indexes(db: sqlite3.Connection) -> None:
+    """Token and annotation counts as columns (analytics export reads them without parsing
+    documents), and indexes that serve the CLI's combined filters in insertion order."""
+    for column in ("prompt_tokens", "completion_tokens", "n_labels", "n_faults"):
+        db.execute(f"ALTER TABLE trajectories ADD COLUMN {column} INTEGER")
+    db.execute(
+        """
+        UPDATE trajectories SET
+            prompt_tokens = json_extract(CAST(doc AS TEXT), '$.usage.prompt_tokens'),
+            completion_tokens = json_extract(CAST(doc AS TEXT), '$.usage.completion_tokens'),
+            n_labels = json_array_length(CAST(doc AS TEXT), '$.labels'),
+            n_faults = json_array_length(CAST(doc AS TEXT), '$.faults')
+        """
+    )
+    for columns in (("environment", "success"), ("harness", "success"), ("task_id", "success")):
+        name = "_".join(columns)
+        db.execute(f"CREATE INDEX idx_trajectories_{name} ON trajectories({', '.join(columns)})")
+
+
 # The text a run is found by: task, messages (content, speaker, tool calls with arguments),
 # labels, faults, failed model calls and how the run ended. `{doc}` is the JSON document.
 _RUN_TEXT = """
@@ -169,7 +188,7 @@ def _search_index(db: sqlite3.Connection, table: str, index: str, columns: dict[
     db.execute(f"{insert} SELECT rowid, {values('CAST(doc AS TEXT)')} FROM {table}")
 
 
-def m004_full_text_search(db: sqlite3.Connection) -> None:
+def m005_full_text_search(db: sqlite3.Connection) -> None:
     """Full-text search (FTS5) over runs and diagnoses: `run_search` (text, plus the labels
     and faults summaries of the runs table) and `diagnosis_search`, each row's rowid that of
     its run or diagnosis; existing rows are indexed here."""
@@ -182,7 +201,8 @@ MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
     m001_trajectories,
     m002_diagnoses,
     m003_proxy_calls,
-    m004_full_text_search,
+    m004_summary_columns_and_filter_indexes,
+    m005_full_text_search,
 ]
 
 

@@ -2,7 +2,7 @@
 
 `run_page(store, query)` answers one page of the runs table in two SQL statements (the page
 and its total) plus, when searching, one for the snippets of the page's rows. Search uses the
-FTS5 indexes of migration 4 (`run_search`, `diagnosis_search`): a run matches when its text
+FTS5 indexes of migration 5 (`run_search`, `diagnosis_search`): a run matches when its text
 or one of its diagnoses does. The query is FTS5 syntax (words, "phrases", AND/OR/NOT,
 prefix*); a query SQLite cannot parse is a `UserError` that says how to write it.
 """
