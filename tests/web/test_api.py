@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import httpx
 import pytest
@@ -147,6 +148,17 @@ def test_search_index_follows_inserts_rewrites_and_deletes(
         assert client.get("/api/runs", params={"q": "zanzibarquux"}).json()["total"] == 0
 
 
+def _listening_addresses(port: int) -> set[str]:
+    """Local IPv4 addresses (hex, as the kernel lists them) listening on `port`."""
+    found = set()
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        local, state = line.split()[1], line.split()[3]
+        address, hex_port = local.split(":")
+        if state == "0A" and int(hex_port, 16) == port:  # 0A: LISTEN
+            found.add(address)
+    return found
+
+
 def test_cli_ui_binds_loopback_and_refuses_a_missing_store(ui_store: UiStore, tmp_path) -> None:
     missing = subprocess.run(
         [sys.executable, "-m", "trajforge", "ui", "--db", str(tmp_path / "none.db")],
@@ -169,8 +181,7 @@ def test_cli_ui_binds_loopback_and_refuses_a_missing_store(ui_store: UiStore, tm
                 assert time.monotonic() < deadline and process.poll() is None
                 time.sleep(0.2)
         assert body["total"] >= 328
-        listening = subprocess.run(["ss", "-ltn"], capture_output=True, text=True).stdout
-        assert f"127.0.0.1:{port}" in listening and f"0.0.0.0:{port}" not in listening
+        assert _listening_addresses(port) == {"0100007F"}  # 127.0.0.1 only
     finally:
         process.terminate()
         process.wait(timeout=10)

@@ -68,6 +68,7 @@ def create_app(config: UiConfig) -> FastAPI:
     _install_guards(app, config.token)
     app.add_middleware(ServerTiming)
     _pages(app, store, scorer, config)
+    _views(app, store, config)
     _api(app, store)
     app.router.on_shutdown.append(store.close)
     return app
@@ -165,7 +166,9 @@ def _get(store: Store, traj_id: str) -> Trajectory:
         raise NotFound(str(exc)) from None
 
 
-def _pages(app: FastAPI, store: Store, scorer: RiskScorer, config: UiConfig) -> None:  # noqa: C901
+def _pages(app: FastAPI, store: Store, scorer: RiskScorer, config: UiConfig) -> None:
+    """The runs page and the pages of one run."""
+
     @app.get("/", response_class=HTMLResponse)
     async def runs_page(request: Request) -> HTMLResponse:
         params = _params(request)
@@ -209,6 +212,10 @@ def _pages(app: FastAPI, store: Store, scorer: RiskScorer, config: UiConfig) -> 
         parent = _get(store, traj_id)
         child_id = await run_in_threadpool(run_fork, config.db, parent.id, form)
         return RedirectResponse(f"/runs/{child_id}", status_code=303)
+
+
+def _views(app: FastAPI, store: Store, config: UiConfig) -> None:
+    """Pages over several runs: diff, compare, live, datasets."""
 
     @app.get("/diff", response_class=HTMLResponse)
     async def diff_page(a: str = "", b: str = "") -> HTMLResponse:

@@ -76,6 +76,14 @@ def _heading(traj: Trajectory, children: int) -> str:
         )
     if any(c.completion_token_ids for c in traj.llm_calls):
         links.append(link(f"/runs/{traj.id}/tokens", "tokens"))
+    if task.id:
+        same_task = url("/", {"task": task.id, "env": task.environment})
+        links.append(link(same_task, "other runs of this task"))
+    links.append(
+        f'<form action="/diff" method="get" class="inline"><input type="hidden" name="a" '
+        f'value="{h(traj.id)}"><input name="b" placeholder="run id to diff with" size="18">'
+        "<button>diff</button></form>"
+    )
     parent = ""
     if traj.parent:
         parent = (
