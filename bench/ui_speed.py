@@ -6,7 +6,8 @@ Usage: python bench/ui_speed.py [DATA_DIR] [--store PATH] [--repeat N]
 The store: every run of ../shared/data imported, then copied with new ids (the copies are the
 same documents, so the full-text index and the pages see real text). SWE-bench runs are ~8x
 larger than the others (195 KB against 20-36 KB), so they are copied 4 times and the other
-590 runs 47 times: 30,285 runs, about 1 GB. `--store PATH` keeps it for the next run.
+runs 47 times: about 30,400 runs and 2 GB with the data as it is now. `--store PATH` keeps
+it for the next run.
 
 Server time is the app's own `Server-Timing` header (from the request reaching the app to the
 response being ready; the in-process test client adds no network). The SQL side runs the
@@ -26,6 +27,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from urllib.parse import urlencode
 
 from fastapi.testclient import TestClient
 
@@ -43,7 +45,8 @@ from trajforge.web import UiConfig, create_app
 TARGET_RUNS = 30_000
 SWE_COPIES, OTHER_COPIES = 4, 47
 PAGE_GOAL, RUN_VIEW_GOAL_MS = 3.0, 100.0
-SEARCH = "reservation"
+SEARCHES = ("reservation", '"Chinese zodiac"')
+"""A common word (thousands of runs match) and a rare phrase."""
 
 
 def build_store(db: Path, data: Path) -> None:
@@ -89,6 +92,10 @@ def measure(name: str, client: TestClient, store: Store, path: str, statements: 
     return s, q
 
 
+def _search_path(q: str) -> str:
+    return "/?" + urlencode({"q": q})
+
+
 def long_run(store: Store) -> str:
     """A run with at least 200 messages (the shortest such)."""
     rows = [
@@ -121,21 +128,24 @@ def run(db: Path, repeat: int) -> None:
         if total < TARGET_RUNS:
             sys.exit(f"the store has {total} runs, fewer than {TARGET_RUNS}")
         first = page_statements(store, RunQuery())
-        search = page_statements(store, RunQuery(q=SEARCH))
+        searches = {q: page_statements(store, RunQuery(q=q)) for q in SEARCHES}
         long_id = long_run(store)
         n_messages = len(store.get(long_id).messages)
         view = run_view_statements(store, long_id)
         print(f"{total} runs; run view of {long_id} ({n_messages} messages)")
-        for path in ("/", f"/?q={SEARCH}", f"/runs/{long_id}"):  # warm caches once
-            server_ms(client, path)
+        for path in ("/", *(_search_path(q) for q in SEARCHES), f"/runs/{long_id}"):
+            server_ms(client, path)  # warm caches once
         page = measure("runs page (first page)", client, store, "/", first, repeat)
-        found = measure(f"search '{SEARCH}'", client, store, f"/?q={SEARCH}", search, repeat)
+        found = [
+            measure(f"search {q}", client, store, _search_path(q), statements, repeat)
+            for q, statements in searches.items()
+        ]
         viewed = measure("run view", client, store, f"/runs/{long_id}", view, repeat)
         risk = statistics.median(server_ms(client, f"/runs/{long_id}/risk") for _ in range(5))
         print(f"{'risk curve fragment':<24} server {risk:8.2f} ms (loaded after the run view)")
     verdicts = [
         ("first page <= 3x SQL", page[0] / page[1] <= PAGE_GOAL),
-        ("search <= 3x SQL", found[0] / found[1] <= PAGE_GOAL),
+        ("searches <= 3x SQL", all(s / q <= PAGE_GOAL for s, q in found)),
         ("run view < 100 ms", viewed[0] < RUN_VIEW_GOAL_MS),
     ]
     for goal, met in verdicts:
