@@ -29,8 +29,8 @@ from trajforge.schema import Trajectory
 ALL_FORMATS = "*"
 NOT_FITTED = (
     "method '{method}' is fitted on labelled runs: score it with `trajforge diagnose eval "
-    "--method {method}` (fitted per fold), or fit it with `trajforge diagnose train --method "
-    "{method} --out FILE` and diagnose with `--model-file FILE`"
+    "--method {method}` (fitted per fold); to diagnose new runs with a trained model, train "
+    "the step ranker with `trajforge diagnose train --out FILE` and pass `--model-file FILE`"
 )
 
 
