@@ -54,6 +54,27 @@ class FormatPrior:
             return min(known, key=lambda s: (-self.steps[s], s))
         return min(round(self.relative * (n - 1)), n - 1)
 
+    def to_json(self) -> dict:
+        return {
+            "steps": {str(k): v for k, v in self.steps.items()},
+            "relative": self.relative,
+            "agents": dict(self.agents),
+            "names": self.names,
+            "accuracy": self.accuracy,
+            "runs": self.runs,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict) -> FormatPrior:
+        return cls(
+            steps=Counter({int(k): v for k, v in data["steps"].items()}),
+            relative=data["relative"],
+            agents=Counter(data["agents"]),
+            names=data["names"],
+            accuracy=data["accuracy"],
+            runs=data["runs"],
+        )
+
     def agent_for(self, traj: Trajectory, step: int) -> str | None:
         present = {agent_key(speaker(m)) for m in traj.messages}
         for key, _ in sorted(self.agents.items(), key=lambda kv: (-kv[1], kv[0])):
