@@ -283,7 +283,12 @@ def _pct(metric: dict) -> str:
 
 @app.command("synthesize")
 def synthesize_command(
-    env: Annotated[str, typer.Option("--env", help="tau-retail, tau-airline or household.")],
+    env: Annotated[
+        str,
+        typer.Option(
+            "--env", help="tau-retail, tau-airline, tau2-retail, tau2-airline, household."
+        ),
+    ],
     db: DbOption = None,
     failures: Annotated[int, typer.Option("--failures", help="Failed runs wanted.")] = 50,
     error_rate: Annotated[
