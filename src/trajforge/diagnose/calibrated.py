@@ -6,7 +6,9 @@ Fitting (on labelled tuning runs only):
 - the base localizer runs on every tuning run; each answer falls in a cell (log format, the
   detector or category that produced it) and the cell's exact-hit rate on the tuning runs is
   the confidence of later answers from it. Cells with fewer than `MIN_RUNS` tuning runs use
-  the detector's rate over all formats, then the base method's overall rate;
+  the detector's rate over all formats, then the base method's rate on the format. A log
+  format with fewer than `MIN_RUNS` tuning runs gets confidence 0: its answers cannot be
+  calibrated, so the diagnoser abstains there;
 - the threshold of each format is the prior's own exact-hit rate there: below it the base
   answer is expected to do worse than the prior, so the diagnoser abstains and answers with
   the prior (`abstained: true`).
@@ -81,7 +83,7 @@ class CalibratedLocalizer:
             label = reference_label(traj)
             hit = int(found is not None and label is not None and found.step == label.message_index)
             kind = answer_kind(found)
-            for cell in ((log_format(traj), kind), (ANY, kind), (ANY, ANY)):
+            for cell in ((log_format(traj), kind), (log_format(traj), ANY), (ANY, kind)):
                 counts[cell][0] += hit
                 counts[cell][1] += 1
         rates = {cell: (h, n) for cell, (h, n) in counts.items()}
@@ -107,8 +109,12 @@ class CalibratedLocalizer:
         return answers, self.base.fit(labelled)
 
     def confidence(self, traj: Trajectory, found: Diagnosis | None) -> float:
-        kind = answer_kind(found)
-        for cell in ((log_format(traj), kind), (ANY, kind), (ANY, ANY)):
+        """The tuning exact-hit rate of answers like `found`; 0 for a log format with fewer
+        than MIN_RUNS tuning runs (nothing to calibrate on: the diagnoser abstains)."""
+        fmt, kind = log_format(traj), answer_kind(found)
+        if self.rates.get((fmt, ANY), (0, 0))[1] < MIN_RUNS:
+            return 0.0
+        for cell in ((fmt, kind), (ANY, kind), (fmt, ANY)):
             hits, n = self.rates.get(cell, (0, 0))
             if n >= MIN_RUNS:
                 return hits / n
