@@ -127,3 +127,29 @@ def test_wrong_field_type_names_the_message_field(tmp_path: Path) -> None:
         read("tau-bench", bad)
     message = str(caught.value)
     assert message.startswith(f"{bad} [record 1]: messages.2.content") and "\n" not in message
+
+
+def test_who_and_when_truth_written_as_a_string(tmp_path: Path) -> None:
+    record = orjson.loads(WHO.read_bytes())
+    path = write_json(tmp_path, "w.json", record | {"is_correct": "false"})
+    (traj,) = read("who-and-when", path)
+    assert traj.outcome.success is False and traj.outcome.reward == 0.0
+    bad = write_json(tmp_path, "b.json", record | {"is_correct": "x" * 10_000})
+    with pytest.raises(InputError) as caught:
+        read("who-and-when", bad)
+    assert "is_correct: expected true or false" in str(caught.value)
+    assert len(str(caught.value)) < 300
+
+
+def test_keys_after_a_long_first_value_are_still_detected(tmp_path: Path) -> None:
+    """Detection must not depend on where the telling keys sit in the file."""
+    record = orjson.loads(WHO.read_bytes())
+    record["history"][0]["content"] = "long question " * 20_000
+    ordered = {"history": record.pop("history")} | record
+    folder = tmp_path / "runs"
+    folder.mkdir()
+    path = write_json(folder, "long.json", ordered)
+    assert require_format(path).name == "who-and-when"
+    with Store(tmp_path / "s.db") as store:
+        report = import_paths(store, [str(folder)])
+    assert report.added == 1 and report.not_trajectories == []

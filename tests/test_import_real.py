@@ -29,7 +29,7 @@ def counts(store: Store, **fields: object) -> tuple[int, int]:
 def test_nothing_fails_and_second_import_adds_nothing(imported) -> None:
     store, first, second = imported
     assert first.failed == [] and second.failed == []
-    assert first.added == store.count() == 393 + 200 + 100 + 126 + 164
+    assert first.added == store.count() == 393 + 200 + 100 + 126 + 3 + 164
     assert second.added == 0
     assert second.duplicates == first.added
 
@@ -70,13 +70,15 @@ def test_tau2_simulations(imported, shared_data: Path) -> None:
 
 def test_who_and_when_labels_point_at_mistake_step(imported, shared_data: Path) -> None:
     store, _, _ = imported
-    assert counts(store, environment="who-and-when") == (126, 0)
-    by_question = {t.task.id: t for t in store.query(TrajectoryFilter(environment="who-and-when"))}
+    assert counts(store, environment="who-and-when") == (129, 0)
+    assert counts(store, harness="magentic-one") == (3, 0)
+    runs = store.query(TrajectoryFilter(environment="who-and-when"))
+    by_question = {(t.source.run, t.task.id): t for t in runs}  # both subsets share questions
     files = sorted((shared_data / "who-and-when").rglob("*.json"))
-    assert len(files) == 126
+    assert len(files) == 126 + 3
     for file in files:
         raw = json.loads(file.read_text())
-        traj = by_question[raw["question_ID"]]
+        traj = by_question[file.parent.name, raw["question_ID"]]
         (label,) = traj.labels
         assert label.source == "human"
         assert label.message_index == int(raw["mistake_step"]) < len(traj.messages)
@@ -86,6 +88,28 @@ def test_who_and_when_labels_point_at_mistake_step(imported, shared_data: Path) 
         )
         assert (label.agent, label.reason) == (raw["mistake_agent"], raw["mistake_reason"])
         assert traj.task.gold == raw["ground_truth"]
+        assert traj.success is False
+
+
+def test_who_and_when_hand_crafted_speakers(imported, shared_data: Path) -> None:
+    """Magentic-One runs name the speaker in `role`; it becomes the message's `name`."""
+    store, _, _ = imported
+    runs = list(store.query(TrajectoryFilter(harness="magentic-one")))
+    assert sorted(t.source.run for t in runs) == ["Hand-Crafted-sample"] * 3
+    by_question = {t.task.id: t for t in runs}
+    for file in sorted((shared_data / "who-and-when" / "Hand-Crafted-sample").glob("*.json")):
+        raw = json.loads(file.read_text())
+        traj = by_question[raw["question_ID"]]
+        assert [m.extra["speaker"] for m in traj.messages] == [m["role"] for m in raw["history"]]
+        assert traj.messages[0].role == "user" and traj.messages[0].name == "human"
+        assert all(m.role == "assistant" for m in traj.messages[1:])
+        assert "system_prompts" in traj.metadata
+    run_11 = by_question["624cbf11-6a41-4692-af9c-36b3e5ca3130"]
+    (label,) = run_11.labels
+    assert (label.message_index, label.agent) == (24, "Websurfer")  # as the label spells it
+    assert run_11.messages[24].name == "WebSurfer"
+    assert run_11.messages[3].name == "Orchestrator"
+    assert run_11.messages[3].extra["speaker"] == "Orchestrator (-> WebSurfer)"
 
 
 def test_non_trajectories_are_listed_not_failed(imported, shared_data: Path) -> None:

@@ -119,7 +119,7 @@ def export_command(
     del exporter_check
     with open_store(db) as store:
         flt = make_filter(harness, model, env, task, outcome, limit)
-        count = export(fmt, store.query(flt), out)
+        count = export(fmt, store, out, flt)
     console.print(f"wrote {count} trajectories to {out} ({fmt})")
 
 

@@ -52,6 +52,66 @@ def read_head(path: Path, size: int = HEAD_BYTES) -> bytes:
         raise InputError(str(path), f"cannot read file: {exc}") from exc
 
 
+SKELETON_ITEMS = 3
+SKELETON_TEXT = 200
+
+
+def read_skeleton(path: Path) -> bytes | None:
+    """The structure of a JSON file too long for its head to show it all, or None.
+
+    Detection looks for keys and markers in a file's first bytes; when a long value comes
+    first (a Who&When `history` before `question_ID`) the keys that say what the file is
+    lie beyond the head. The skeleton is the whole document with every string cut to
+    `SKELETON_TEXT` characters and every array to its first `SKELETON_ITEMS` items, written
+    back as JSON: every key of the file's top levels is in it, whatever its position. Files
+    that are not one JSON document (or not readable) give None.
+    """
+    try:
+        data = _skeleton(load_json_for_detection(path), 0)
+    except (InputError, RecursionError):
+        return None
+    try:
+        return orjson.dumps(data, option=orjson.OPT_INDENT_2)
+    except orjson.JSONEncodeError:
+        return None
+
+
+def load_json_for_detection(path: Path) -> object:
+    if should_stream(path):
+        return _stream_document(path)
+    return load_json(path)
+
+
+def _stream_document(path: Path) -> object:
+    import ijson
+
+    builder = ijson.ObjectBuilder()
+    with open_binary(path) as handle:
+        try:
+            for _prefix, event, value in ijson.parse(handle, use_float=True):
+                if event == "string" and len(value) > SKELETON_TEXT:
+                    value = value[:SKELETON_TEXT]
+                builder.event(event, value)
+        except (ijson.JSONError, EOFError, OSError, UnicodeDecodeError) as exc:
+            raise InputError(str(path), "malformed JSON") from exc
+    return builder.value
+
+
+SKELETON_DEPTH = 64
+
+
+def _skeleton(value: object, depth: int) -> object:
+    if depth > SKELETON_DEPTH:
+        return None
+    if isinstance(value, dict):
+        return {str(k): _skeleton(v, depth + 1) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_skeleton(v, depth + 1) for v in value[:SKELETON_ITEMS]]
+    if isinstance(value, str):
+        return value[:SKELETON_TEXT]
+    return value
+
+
 def base_name(path: Path) -> str:
     """The file name without a trailing `.gz`."""
     return path.name[:-3] if path.name.endswith(".gz") else path.name
@@ -238,6 +298,17 @@ def record_problem(exc: Exception) -> str:
     if isinstance(exc, ValidationError):
         return first_error(exc)
     return str(exc).splitlines()[0]
+
+
+SHORT_VALUE = 80
+
+
+def short_repr(value: object, limit: int = SHORT_VALUE) -> str:
+    """`repr(value)` cut to about `limit` characters, for error messages about bad values."""
+    text = repr(value)
+    if len(text) <= limit:
+        return text
+    return f"{text[: limit - 20]}... ({len(text)} characters)"
 
 
 def first_error(exc: ValidationError) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from trajforge.errors import UnknownFormatError
-from trajforge.importers.base import Importer, read_head
+from trajforge.importers.base import HEAD_BYTES, Importer, read_head, read_skeleton
 from trajforge.registry import Registry
 
 IMPORTERS: Registry[type[Importer]] = Registry("import format")
@@ -41,8 +41,21 @@ def all_importers() -> list[Importer]:
 
 
 def detect_format(path: Path) -> Importer | None:
-    """The first importer that recognizes `path`, or None."""
+    """The first importer that recognizes `path`, or None.
+
+    Importers decide from the file's first bytes; a JSON document longer than those is
+    looked at again through its skeleton (`read_skeleton`), so a valid file is never missed
+    because its telling keys come after a long value.
+    """
     head = read_head(path)
+    found = _first_detecting(path, head)
+    if found is not None or len(head) < HEAD_BYTES or head.lstrip()[:1] not in (b"{", b"["):
+        return found
+    skeleton = read_skeleton(path)
+    return None if skeleton is None else _first_detecting(path, skeleton)
+
+
+def _first_detecting(path: Path, head: bytes) -> Importer | None:
     for candidate in all_importers():
         if candidate.detect(path, head):
             return candidate
