@@ -220,7 +220,7 @@ def _explore(seen: Seen) -> Action | None:
     for receptacle in _exploration_order(seen, seen.rooms.get(seen.room, [])):
         if receptacle not in seen.contents:
             return "go", {"target": receptacle}
-    return _explore_rooms(seen)
+    return _explore_rooms(seen, search=True)
 
 
 def _exploration_order(seen: Seen, receptacles: list[str]) -> list[str]:
@@ -229,10 +229,16 @@ def _exploration_order(seen: Seen, receptacles: list[str]) -> list[str]:
     return [r for r in receptacles if r not in late] + [r for r in receptacles if r in late]
 
 
-def _explore_rooms(seen: Seen) -> Action | None:
-    """Walk toward the nearest room not yet entered."""
+def _explore_rooms(seen: Seen, search: bool = False) -> Action | None:
+    """Walk toward the nearest room not yet entered (with `search`, or not yet searched)."""
     unseen = {room for exits in seen.exits.values() for room in exits if room not in seen.rooms}
-    step = _first_step(seen, lambda room: room in unseen)
+
+    def wanted(room: str) -> bool:
+        if room in unseen:
+            return True
+        return search and any(r not in seen.contents for r in seen.rooms.get(room, []))
+
+    step = _first_step(seen, wanted)
     return ("go", {"target": step}) if step else None
 
 
