@@ -21,7 +21,7 @@ fine-tuning field) stays in the context but is not a target.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
 import orjson
@@ -262,7 +262,7 @@ class HFCodec:
         ids = self.tokenizer.apply_chat_template(
             chat, tools=list(tools) or None, tokenize=True, add_generation_prompt=generation
         )
-        return list(ids["input_ids"] if isinstance(ids, dict) else ids)
+        return list(ids["input_ids"] if isinstance(ids, Mapping) else ids)
 
     def encode(
         self, messages: Sequence[dict], tools: Sequence[dict]
