@@ -6,29 +6,19 @@ never leaves a half-written file.
 
 from __future__ import annotations
 
-import os
-import tempfile
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterable
+from contextlib import AbstractContextManager
 from pathlib import Path
 
+from trajforge.outputs import atomic_output
 from trajforge.schema import Trajectory
 
 PARQUET_BATCH = 500
 
 
-@contextmanager
-def atomic_path(out: Path) -> Iterator[Path]:
-    """A temporary path that replaces `out` only when the block succeeds."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", dir=out.parent)
-    os.close(fd)
-    try:
-        yield Path(tmp)
-        os.replace(tmp, out)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+def atomic_path(out: Path) -> AbstractContextManager[Path]:
+    """A temporary path that replaces `out` only when the block succeeds (`atomic_output`)."""
+    return atomic_output(out)
 
 
 def write_jsonl(trajs: Iterable[Trajectory], out: Path) -> int:
