@@ -30,3 +30,18 @@ def shared_data() -> Path:
 def store(tmp_path: Path) -> Store:
     with Store(tmp_path / "test.db") as opened:
         yield opened
+
+
+TAU2_RUN_FILES = (
+    "tau2-bench/toolorchestra_gpt-5/toolorchestra_airline_gpt-5_1trial.json",
+    "tau2-bench/toolorchestra_gpt-5/toolorchestra_retail_gpt-5_1trial.json",
+)
+
+
+@pytest.fixture(scope="session")
+def tau2_runs(shared_data: Path) -> list:
+    """The 164 real tau2-bench simulations (toolorchestra, gpt-5)."""
+    from trajforge.importers.tau2_bench import Tau2BenchImporter
+
+    importer = Tau2BenchImporter()
+    return [t.with_id() for name in TAU2_RUN_FILES for t in importer.read(shared_data / name)]

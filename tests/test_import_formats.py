@@ -78,10 +78,10 @@ def test_tau2_maps_turns_tools_and_gold() -> None:
     raw = orjson.loads(TAU2.read_bytes())
     assert len(trajs) == len(raw["simulations"])
     for traj, sim in zip(trajs, raw["simulations"], strict=True):
-        assert traj.task.id == sim["task_id"]
+        assert traj.metadata.get("recorded_task_id", traj.task.id) == sim["task_id"]
         assert len(traj.messages) == len(sim["messages"])
         assert traj.outcome.reward == sim["reward_info"]["reward"]
-        task = next(t for t in raw["tasks"] if t["id"] == sim["task_id"])
+        task = next(t for t in raw["tasks"] if t["id"] == traj.task.id)
         assert traj.task.gold == task["evaluation_criteria"]
         calls = {c.id for m in traj.messages for c in m.tool_calls or []}
         answers = [m.tool_call_id for m in traj.messages if m.role == "tool"]

@@ -9,6 +9,7 @@ from trajforge.cli import diagnose as diagnose_cli
 from trajforge.cli import envs as envs_cli
 from trajforge.cli import monitor as monitor_cli
 from trajforge.cli import proxy as proxy_cli
+from trajforge.cli import recover as recover_cli
 from trajforge.cli import rollout as rollout_cli
 from trajforge.cli.common import guarded
 
@@ -36,6 +37,7 @@ app.command("fork")(guarded(envs_cli.fork_command))
 app.command("handoff")(guarded(envs_cli.handoff_command))
 app.command("rft")(guarded(rollout_cli.rft_command))
 app.command("robustness")(guarded(rollout_cli.robustness_command))
+app.command("recover")(guarded(recover_cli.recover_command))
 
 
 if __name__ == "__main__":

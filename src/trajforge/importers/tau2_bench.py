@@ -12,6 +12,17 @@ conversation opens with the agent's greeting at index 0; the domain policy the a
 given is kept in `metadata["policy"]`. Tool results carry the call id as `id`; it becomes
 `tool_call_id`.
 
+Task ids: a simulation names its task in `task_id`, but its `reward_info` shows the task
+it was judged against (the gold actions checked, the assertions, the information to
+communicate). When these disagree with the named task's `evaluation_criteria`, the task
+whose criteria they match is used and the recorded id is kept in
+`metadata["recorded_task_id"]`: the toolorchestra gpt-5 submission numbers its
+simulations 0..n-1 whatever task they ran (158 of its 164 simulations). Two tasks with the
+same criteria (tau2 has such pairs, differing in the user's scenario) are told apart by the
+task id in the checked actions' `action_id` when it names one of them, else by the words
+their scenario shares with the conversation's user messages (best effort: both twins are
+judged alike, only the user's scenario differs).
+
 The model comes from the file name (`<run>_<domain>_<model>_<n>trial.json`, as on the tau2
 leaderboard), else from `info.agent_info.llm` (always kept in `metadata["agent_llm"]`).
 A `submission.json` beside the file (leaderboard metadata: model name, organization,
@@ -47,6 +58,7 @@ _SUBMISSION_FIELDS = (
     "submission_type",
     "methodology",
 )
+_CHECKS = ("action_checks", "nl_assertions", "communicate_checks")
 _SCENARIO_PARTS = ("reason_for_call", "known_info", "unknown_info", "task_instructions")
 
 
@@ -131,11 +143,14 @@ class _FileContext:
         if not isinstance(record, dict):
             raise ValueError("expected a JSON object")
         task_id = str(record["task_id"])
-        task = self.tasks.get(task_id)
-        if task is None:
+        if task_id not in self.tasks:
             raise ValueError(f"task_id {task_id!r} is not among the file's tasks")
         reward_info = record.get("reward_info") or {}
         reward = reward_info.get("reward")
+        task = judged_task(self.tasks, task_id, reward_info, record["messages"])
+        metadata = self._metadata(record)
+        if str(task["id"]) != task_id:
+            metadata["recorded_task_id"] = task_id
         return Trajectory(
             task=self._task(task),
             source=Source(
@@ -154,7 +169,7 @@ class _FileContext:
                 details=reward_info,
             ),
             usage=Usage(wall_time_s=record.get("duration")),
-            metadata=self._metadata(record),
+            metadata=metadata,
         )
 
     def _task(self, task: dict[str, Any]) -> Task:
@@ -178,6 +193,58 @@ class _FileContext:
         if self.submission is not None:
             extra["submission"] = self.submission
         return {"simulation": kept} | extra
+
+
+def judged_task(
+    tasks: dict[str, dict[str, Any]], task_id: str, reward_info: dict[str, Any], messages: Any
+) -> dict[str, Any]:
+    """The task the simulation was judged against (see the module docstring)."""
+    judged = _judged_criteria(reward_info)
+    if judged is None or _criteria(tasks[task_id]) == judged:
+        return tasks[task_id]
+    matching = [task for task in tasks.values() if _criteria(task) == judged]
+    if not matching:
+        return tasks[task_id]
+    if len(matching) > 1:  # twins: the action ids often carry the task id they came from
+        named = {
+            str(c["action"].get("action_id", "")).rsplit("_", 1)[0]
+            for c in reward_info.get("action_checks") or []
+        }
+        matching = [t for t in matching if str(t["id"]) in named] or matching
+    said = _words(
+        " ".join(str(m.get("content") or "") for m in messages if m.get("role") == "user")
+    )
+    return max(
+        matching,
+        key=lambda task: len(said & _words(scenario_text(task.get("user_scenario") or {}) or "")),
+    )
+
+
+def _criteria(task: dict[str, Any]) -> tuple[list, list, list]:
+    criteria = task.get("evaluation_criteria") or {}
+    return (
+        [(a.get("name"), a.get("arguments")) for a in criteria.get("actions") or []],
+        sorted(criteria.get("nl_assertions") or []),
+        sorted(str(info) for info in criteria.get("communicate_info") or []),
+    )
+
+
+def _judged_criteria(reward_info: dict[str, Any]) -> tuple[list, list, list] | None:
+    """The criteria a `reward_info` shows (empty lists: a task without any); None when it
+    carries no checks at all."""
+    actions = [
+        (c["action"].get("name"), c["action"].get("arguments"))
+        for c in reward_info.get("action_checks") or []
+    ]
+    assertions = sorted(a.get("nl_assertion") for a in reward_info.get("nl_assertions") or [])
+    infos = sorted(str(c.get("info")) for c in reward_info.get("communicate_checks") or [])
+    if not any(key in reward_info for key in _CHECKS):
+        return None
+    return actions, assertions, infos
+
+
+def _words(text: str) -> set[str]:
+    return set(re.findall(r"[a-z0-9]+", text.lower()))
 
 
 def scenario_text(scenario: dict[str, Any]) -> str | None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import copy
 import gzip
 import hashlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from functools import cache
 from importlib import resources
 from typing import Any
@@ -32,14 +32,22 @@ DOMAIN_TABLES = {
 }
 
 
+TABLE_SOURCES: dict[str, Callable[[], dict[str, dict[str, Record]]]] = {}
+"""Other table sets by name (tau2's domains register theirs), loaded by `base_tables`."""
+
+
 @cache
 def base_tables(domain: str, address_key: str = "state") -> dict[str, dict[str, Record]]:
     """The bundled tables of a domain, loaded once (treat as read-only).
+
+    `domain` is `retail` or `airline` (tau-bench's tables) or a name in `TABLE_SOURCES`.
 
     `address_key="province"` renames the `state` field of user addresses (keeping the
     field order), reproducing the earlier airline `users.json` the tau-bench historical
     runs were recorded with.
     """
+    if domain in TABLE_SOURCES:
+        return TABLE_SOURCES[domain]()
     folder = resources.files("trajforge.envs.tau") / "data" / domain
     tables = {}
     for table in DOMAIN_TABLES[domain]:

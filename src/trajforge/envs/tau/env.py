@@ -65,10 +65,12 @@ class TauEnv:
     domain = ""
     name = ""
     tool_list: ClassVar[list[Tool]] = []
+    tables: ClassVar[str] = ""
+    """Name of the table source (`db.TABLE_SOURCES`); empty: the domain's tau-bench tables."""
 
     def __init__(self, config: TauEnvConfig | None = None, **overrides: Any) -> None:
         self.config = (config or TauEnvConfig()).model_copy(update=overrides)
-        self.db = TauDB(self.domain, self.config.address_key)
+        self.db = TauDB(self.tables or self.domain, self.config.address_key)
         self.tool_map = {tool.name: tool for tool in self.tool_list}
         self.task: Task | None = None
         self.calls: list[tuple[str, str]] = []
@@ -87,9 +89,11 @@ class TauEnv:
         self.done = False
         self._conversation = None
         self._gold = None
-        return [
-            Message(role="system", content=self.config.system_prompt or policy_text(self.domain))
-        ]
+        return [Message(role="system", content=self.config.system_prompt or self.policy())]
+
+    def policy(self) -> str:
+        """The domain policy the agent is given as its system message."""
+        return policy_text(self.domain)
 
     def bind_conversation(self, messages: list[Message]) -> None:
         """Read required outputs from this (live) message list when evaluating."""
@@ -128,7 +132,8 @@ class TauEnv:
         if self.task is None:
             raise UserError(f"{self.name}: reset(task) must come before judging")
         if self._gold is None:
-            self._gold = _gold_for(self.domain, self.config.address_key, self.task, self.tool_map)
+            tables = self.tables or self.domain
+            self._gold = _gold_for(tables, self.config.address_key, self.task, self.tool_map)
         return self._gold
 
     @classmethod
@@ -158,6 +163,10 @@ class TauEnv:
         if self.done or self._conversation is None:
             return True
         return any(m.role == "user" and USER_STOP in m.text() for m in self._conversation)
+
+    def required_outputs(self) -> list[str]:
+        """What the agent must state for the task to succeed (tau's required outputs)."""
+        return list(self.gold.outputs)
 
     def outputs_given(self) -> dict[str, bool]:
         """For each required output: whether an assistant message states it."""

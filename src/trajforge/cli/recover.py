@@ -1,0 +1,121 @@
+"""`trajforge recover`: guided recovery of failed runs into clean passing demonstrations."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from trajforge.cli.common import (
+    ApiKeyOption,
+    BaseUrlOption,
+    DbOption,
+    EnvOption,
+    HarnessOption,
+    JsonOption,
+    LimitOption,
+    LlmModelOption,
+    ModelOption,
+    TaskOption,
+    console,
+    make_filter,
+    open_store,
+    print_json,
+    progress_bar,
+)
+
+SourceArg = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--source",
+        help="Guidance source, in order (repeat): correction, privileged, llm. Default: all "
+        "three, llm only with an endpoint.",
+    ),
+]
+StartArg = Annotated[
+    list[str] | None,
+    typer.Option("--start", help="Where the teacher starts (repeat): decisive, start."),
+]
+
+
+def recover_command(
+    db: DbOption = None,
+    harness: HarnessOption = None,
+    model: ModelOption = None,
+    env: EnvOption = None,
+    task: TaskOption = None,
+    limit: LimitOption = None,
+    ids: Annotated[list[str] | None, typer.Option("--id", help="Only these runs.")] = None,
+    teacher: Annotated[
+        str, typer.Option("--teacher", help="Teacher policy: llm, expert, or module:Class.")
+    ] = "llm",
+    user: Annotated[
+        str, typer.Option("--user", help="User simulator: scripted or llm.")
+    ] = "scripted",
+    source: SourceArg = None,
+    start: StartArg = None,
+    rounds: Annotated[int, typer.Option("--rounds", min=1, help="LLM guidance rounds (K).")] = 3,
+    intervene: Annotated[
+        bool, typer.Option("--intervene/--no-intervene", help="Run intervene-and-replay too.")
+    ] = True,
+    max_steps: Annotated[int, typer.Option("--max-steps", min=1, help="Teacher steps.")] = 40,
+    out: Annotated[Path | None, typer.Option("--out", help="Write recovered.jsonl here.")] = None,
+    save: Annotated[bool, typer.Option("--save/--no-save", help="Store the demos.")] = True,
+    base_url: BaseUrlOption = None,
+    llm_model: LlmModelOption = None,
+    api_key: ApiKeyOption = None,
+    json_out: JsonOption = False,
+) -> None:
+    """Search guidance that makes the teacher pass each failed run; keep clean demos."""
+    from trajforge.generate.guided import recover_store, write_recovered
+    from trajforge.generate.guided.build import RecoverSetup, build_recovery
+
+    setup = RecoverSetup(
+        teacher=teacher,
+        user=user,
+        sources=source,
+        starts=start or ["decisive", "start"],
+        rounds=rounds,
+        intervene=intervene,
+        max_steps=max_steps,
+        base_url=base_url,
+        llm_model=llm_model,
+        api_key=api_key,
+    )
+    recovery = build_recovery(setup)
+    flt = make_filter(harness, model, env, task, "failure", limit, ids)
+    with open_store(db) as store, progress_bar(json_out) as progress:
+        bar = progress.add_task("recovering", total=store.count(flt))
+        report, demos = recover_store(
+            store, flt, recovery, save=save, on_run=lambda _: progress.advance(bar)
+        )
+    if out is not None:
+        write_recovered(demos, report, out)
+    if json_out:
+        print_json(report.model_dump(exclude={"results"}))
+        return
+    console.print(_table(report))
+    console.print(
+        f"{report.recovered} of {report.failures} failed runs recovered ({report.rate:.1%}); "
+        f"intervene-and-replay {report.intervene.recovered} of {report.intervene.tried}; "
+        f"{report.leak_rejections} passing attempts rejected as leaks"
+        + (f"; demos in {out}" if out else ""),
+        markup=False,
+    )
+
+
+def _table(report) -> Table:
+    table = Table("environment", "failures", "recovered", "rate", "by source", "intervene")
+    for env, row in report.by_environment.items():
+        sources = ", ".join(f"{k} {v}" for k, v in row.by_source.items()) or "-"
+        table.add_row(
+            env,
+            str(row.failures),
+            str(row.recovered),
+            f"{row.rate:.1%}",
+            sources,
+            f"{row.intervene_recovered}/{row.intervene_tried}",
+        )
+    return table

@@ -1,0 +1,197 @@
+"""Guided recovery: guidance search with a scripted teacher, stripping, leak check,
+provenance, LLM-proposed guidance through the mock server, intervene-and-replay, export."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import datasets
+import pytest
+from typer.testing import CliRunner
+
+from trajforge.agents.base import EpisodeState, PolicyStep
+from trajforge.agents.expert import ExpertPolicy
+from trajforge.agents.user_sim import ScriptedUser
+from trajforge.cli.main import app
+from trajforge.envs.tau import TauRetailEnv
+from trajforge.generate.guided import (
+    GUIDANCE_HEADER,
+    GuidedRecovery,
+    LLMGuidanceProposer,
+    RecoverConfig,
+    find_leaks,
+    recover_runs,
+    with_guidance,
+    write_recovered,
+)
+from trajforge.generate.guided.guidance import Guidance
+from trajforge.generate.guided.search import system_prompt
+from trajforge.models.mock_server import MockOpenAIServer
+from trajforge.models.openai_compat import OpenAICompatibleModel, OpenAIModelConfig
+from trajforge.rollout.episode import run_episode
+from trajforge.rollout.handoff import start_conversation
+from trajforge.schema import Message, Source, Task, ToolCall, Trajectory
+
+CALL = re.compile(r"call (\w+)\((\{.*\})\)")
+SAY = re.compile(r"tell the user: (.*)")
+
+
+class PlanFollower:
+    """A scripted teacher that can only act on guidance: it carries out the steps its
+    system prompt lists (`call name({...})`, `tell the user: ...`); without guidance it
+    gives up."""
+
+    name = "plan-follower"
+
+    def __init__(self, chatter: str = "") -> None:
+        self.done = 0
+        self.chatter = chatter
+
+    def act(self, state: EpisodeState) -> PolicyStep:
+        system = state.messages[0].text() if state.messages[0].role == "system" else ""
+        steps = [m for line in system.splitlines() if (m := CALL.search(line) or SAY.search(line))]
+        if self.done >= len(steps):
+            return _say("I am sorry, I am not able to help with this.")
+        step = steps[self.done]
+        self.done += 1
+        if step.re is SAY:
+            return _say(f"{self.chatter}All set. {step.group(1)}")
+        call = ToolCall(id=f"call_{self.done}", name=step.group(1), arguments=step.group(2))
+        message = Message(role="assistant", content=self.chatter or None, tool_calls=[call])
+        return PolicyStep(message=message)
+
+
+def _say(text: str) -> PolicyStep:
+    return PolicyStep(message=Message(role="assistant", content=text))
+
+
+@pytest.fixture(scope="module")
+def failed_run() -> Trajectory:
+    """The scripted teacher's own failure on a tau-retail task that needs writes."""
+    env = TauRetailEnv()
+    task = next(t for t in env.tasks() if len(t.gold["actions"]) >= 4 and not t.gold["outputs"])
+    user = ScriptedUser()
+    start = start_conversation(env, task, user, Source(harness="test"))
+    run = run_episode(env, PlanFollower(), task, user=user, trajectory=start).with_id()
+    assert run.outcome.success is False
+    return run
+
+
+def _recovery(teacher=PlanFollower, **config) -> GuidedRecovery:
+    return GuidedRecovery(teacher, ScriptedUser, RecoverConfig(**config))
+
+
+def test_guidance_turns_the_teachers_failure_into_a_clean_demo(failed_run: Trajectory) -> None:
+    recovery = _recovery(sources=["correction", "privileged"], starts=["start"])
+    result, demo = recovery.recover(failed_run, None)
+    assert result.recovered and result.source == "privileged" and result.privileged
+    assert result.unavailable == ["correction"]  # no diagnosis: no correction to render
+    assert demo is not None and demo.outcome.success
+    provenance = demo.metadata["recovery"]
+    assert provenance["parent"] == failed_run.id
+    assert provenance["source"] == "privileged" and provenance["privileged"] is True
+    assert provenance["rounds"] == 1 and provenance["start"] == "start"
+    guidance = provenance["guidance"]
+    assert "call " in guidance
+    everything = " ".join(m.text() for m in demo.messages) + str(demo.llm_calls)
+    assert GUIDANCE_HEADER not in everything and guidance not in everything
+    assert "A plan that completes this task" not in everything
+    assert find_leaks(demo, Guidance(text=guidance, source="privileged", privileged=True), 0) == []
+
+
+def test_the_leak_check_rejects_a_planted_leak(failed_run: Trajectory) -> None:
+    leaky = _recovery(
+        teacher=lambda: PlanFollower(chatter="As the hint told me, I followed the plan. "),
+        sources=["privileged"],
+        starts=["start"],
+    )
+    result, demo = leaky.recover(failed_run, None)
+    assert demo is None and not result.recovered
+    assert result.leak_rejections == 1
+    assert "refers to 'hint'" in result.attempts[0].leaks[0]
+
+
+def test_the_leak_check_finds_copied_guidance_wording() -> None:
+    guidance = Guidance(
+        text="Check the order status twice before you cancel anything for the customer.",
+        source="llm",
+        privileged=False,
+    )
+    demo = Trajectory(
+        task=Task(id="t"),
+        messages=[
+            Message(role="user", content="Cancel my order please."),
+            Message(role="assistant", content="I will check the order status twice before I go."),
+        ],
+    )
+    (reason,) = find_leaks(demo, guidance, at=1)
+    assert "5-grams" in reason
+    assert find_leaks(demo, guidance, at=2) == []  # only the teacher's own messages count
+
+
+def test_an_llm_proposed_guidance_round_through_the_mock_server(failed_run: Trajectory) -> None:
+    plan = _plan_text(failed_run)
+    with MockOpenAIServer(["Be careful and polite.", plan]) as server:
+        model = OpenAICompatibleModel(OpenAIModelConfig(base_url=server.base_url, model="mock"))
+        recovery = GuidedRecovery(
+            PlanFollower,
+            ScriptedUser,
+            RecoverConfig(sources=["llm"], starts=["start"], llm_rounds=3),
+            proposer=LLMGuidanceProposer(model),
+        )
+        result, demo = recovery.recover(failed_run, None)
+        first, second = (r["messages"][1]["content"] for r in server.requests)
+    assert "Failed attempt" in first and "Verifier: reward 0.0" in first
+    assert "Be careful and polite." in second and "Verifier on that attempt" in second
+    assert result.recovered and result.source == "llm" and not result.privileged
+    assert [a.success for a in result.attempts] == [False, True]
+    assert demo is not None and demo.metadata["recovery"]["round"] == 2
+
+
+def _plan_text(run: Trajectory) -> str:
+    env = TauRetailEnv()
+    env.reset(run.task)
+    lines = []
+    for action in env.gold.actions:
+        lines.append(f"- call {action.name}({action.arguments})")
+    return "Do exactly this:\n" + "\n".join(lines)
+
+
+def test_intervene_and_replay_and_export_on_real_tau2_failures(
+    tau2_runs: list[Trajectory], tmp_path: Path
+) -> None:
+    failures = [t for t in tau2_runs if not t.outcome.success][:3]
+    recovery = GuidedRecovery(ExpertPolicy, ScriptedUser, RecoverConfig(sources=["correction"]))
+    report, demos = recover_runs(failures, recovery, {})
+    assert report.failures == 3 and report.intervene.tried == 3
+    assert report.intervene.recovered == 3  # the expert continues after the correction
+    assert all(d.metadata["recovery"]["source"] == "correction" for d in demos)
+    data = write_recovered(demos, report, tmp_path)
+    loaded = datasets.load_dataset("json", data_files=str(data), split="train")
+    assert len(loaded) == len(demos) and loaded[0]["messages"][0]["role"]
+
+
+def test_recover_command(shared_data: Path, tmp_path: Path) -> None:
+    db = tmp_path / "t.db"
+    runs = shared_data / "tau2-bench/toolorchestra_gpt-5/toolorchestra_airline_gpt-5_1trial.json"
+    runner = CliRunner()
+    assert runner.invoke(app, ["import", str(runs), "--db", str(db)]).exit_code == 0
+    out = tmp_path / "out"
+    args = ["recover", "--db", str(db), "--teacher", "expert", "--limit", "4", "--json"]
+    result = runner.invoke(app, [*args, "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert '"failures": ' in result.output and (out / "recovered.jsonl").exists()
+    bad = runner.invoke(app, ["recover", "--db", str(db), "--source", "magic"])
+    assert bad.exit_code == 1 and "--source must be one of" in bad.output
+
+
+def test_a_teacher_continuing_a_run_without_system_message_gets_the_policy_and_guidance(
+    tau2_runs: list[Trajectory],
+) -> None:
+    run = next(t for t in tau2_runs if not t.outcome.success)
+    assert run.messages[0].role == "assistant"  # tau2 records no system message
+    guidance = Guidance(text="Check the membership first.", source="llm", privileged=False)
+    view = with_guidance(run.messages[:4], guidance, system_prompt(run))
+    assert view[0].role == "system" and view[1:] == run.messages[:4]
+    assert view[0].text().startswith("# ") and view[0].text().endswith(guidance.text)
