@@ -11,7 +11,8 @@ import pytest
 from trajforge.demo import sample_dir
 from trajforge.export import export
 from trajforge.importers import import_paths
-from trajforge.store import Store
+from trajforge.schema import Trajectory
+from trajforge.store import Store, TrajectoryFilter
 
 SWE_AGENT_DIR = Path(__file__).parent / "data" / "swe-agent"
 
@@ -32,7 +33,7 @@ def dumps(store: Store) -> list[dict]:
 def test_jsonl_export_reimports_identically(sample_store: Store, tmp_path: Path, name: str) -> None:
     out = tmp_path / name
     plain = tmp_path / "plain.jsonl"
-    assert export("jsonl", sample_store.query(), plain) == 35
+    assert export("jsonl", sample_store, plain) == 35
     if name.endswith(".gz"):
         out.write_bytes(gzip.compress(plain.read_bytes()))
     else:
@@ -46,7 +47,7 @@ def test_jsonl_export_reimports_identically(sample_store: Store, tmp_path: Path,
 
 def test_parquet_export_readable(sample_store: Store, tmp_path: Path) -> None:
     out = tmp_path / "all.parquet"
-    assert export("parquet", sample_store.query(), out) == 35
+    assert export("parquet", sample_store, out) == 35
     table = pq.read_table(out)
     assert table.num_rows == 35
     rows = {r["id"]: r for r in table.to_pylist()}
@@ -59,3 +60,26 @@ def test_parquet_export_readable(sample_store: Store, tmp_path: Path) -> None:
         )
         assert row["n_messages"] == len(traj.messages)
         assert row["n_labels"] == len(traj.labels)
+
+
+def test_parquet_summary_columns_match_the_documents(sample_store: Store, tmp_path: Path) -> None:
+    out = tmp_path / "all.parquet"
+    export("parquet", sample_store, out)
+    for row in pq.read_table(out).to_pylist():
+        traj = Trajectory.model_validate_json(row["document"])
+        assert traj == sample_store.get(row["id"])
+        assert (row["prompt_tokens"], row["completion_tokens"]) == (
+            traj.usage.prompt_tokens,
+            traj.usage.completion_tokens,
+        )
+        assert (row["n_faults"], row["parent_id"]) == (len(traj.faults), None)
+
+
+def test_filtered_exports_copy_stored_documents(sample_store: Store, tmp_path: Path) -> None:
+    flt = TrajectoryFilter(success=False, environment="tau2-retail")
+    out = tmp_path / "failed.jsonl"
+    assert export("jsonl", sample_store, out, flt) == sample_store.count(flt) == 2
+    assert out.read_bytes() == b"".join(doc + b"\n" for doc in sample_store.documents(flt))
+    small = tmp_path / "failed.parquet"
+    assert export("parquet", sample_store, small, flt) == 2
+    assert {r.id for r in sample_store.rows(flt)} == set(pq.read_table(small)["id"].to_pylist())

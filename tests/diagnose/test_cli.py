@@ -75,10 +75,25 @@ def test_eval_reports_accuracy_beside_baselines(db: Path) -> None:
     code, out = _invoke("diagnose", "eval", "--db", str(db), "--env", "who-and-when", "--json")
     assert code == 0, out
     report = orjson.loads(out)
-    keys = {"runs", "exact", "within1", "within3", "agent", "baseline_exact", "baseline_agent"}
-    assert keys <= set(report)
-    assert report["runs"] == 12
-    assert 0.0 <= report["exact"] <= report["within1"] <= report["within3"] <= 1.0
+    (item,) = report["datasets"]
+    assert item["dataset"] == "who-and-when/algorithm-generated" and item["runs"] == 12
+    # the heuristics were tuned on these runs: the figure says so
+    assert item["sample"] == "in-sample" and "in-sample" in item["split"]
+    scores = {key: item["scores"][key]["value"] for key in ("exact", "within1", "within3")}
+    assert 0.0 <= scores["exact"] <= scores["within1"] <= scores["within3"] <= 1.0
+    assert {"exact", "within1", "within3", "agent", "steps", "chosen_on"} <= set(item["baselines"])
+    assert item["coverage"]["value"] == 1.0 and len(item["scores"]["exact"]["ci95"]) == 2
+    assert report["verification"]["diagnosed"] == 12
+
+
+def test_eval_of_a_fitted_method_is_out_of_sample(db: Path) -> None:
+    args = ("diagnose", "eval", "--db", str(db), "--env", "who-and-when", "--bootstrap", "20")
+    code, out = _invoke(*args, "--method", "prior", "--folds", "3", "--json")
+    assert code == 0, out
+    (item,) = orjson.loads(out)["datasets"]
+    assert item["sample"] == "out-of-sample" and item["split"].startswith("by task: 3 folds")
+    code, out = _invoke(*args, "--method", "prior", "--split", "dataset")
+    assert code == 1 and "no tuning runs left" in out
 
 
 def test_views_command_writes_loadable_files(db: Path, tmp_path: Path) -> None:
@@ -108,6 +123,7 @@ def test_llm_method_over_mock_server(db: Path) -> None:
         code, out = _invoke(
             "diagnose", "--db", str(db), "--id", run.id, "--method", "llm",
             "--base-url", server.base_url, "--llm-model", "judge", "--json",
+            "--no-judge-evidence",
         )  # fmt: skip
     assert code == 0, out
     (listed,) = orjson.loads(out)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from trajforge.diagnose.judge import REPORT_TOOL, LLMJudge, parse_report
+from trajforge.diagnose.judge import REPORT_TOOL, JudgeConfig, LLMJudge, parse_report
 from trajforge.errors import UserError
 from trajforge.models import OpenAICompatibleModel, OpenAIModelConfig, ScriptedModel
 from trajforge.models.mock_server import MockOpenAIServer
@@ -13,6 +13,7 @@ from trajforge.schema import Message, ToolCall, Trajectory
 
 from .conftest import pick
 
+PLAIN = JudgeConfig(evidence_first=False)
 REPORT = {
     "step": 28,
     "category": "tool_misuse",
@@ -29,7 +30,7 @@ def _report_call(report: dict) -> Message:
 
 def test_all_at_once_reads_the_report_call(airline_runs: list[Trajectory]) -> None:
     traj = pick(airline_runs, "0")
-    diagnosis = LLMJudge(ScriptedModel([_report_call(REPORT)])).localize(traj)
+    diagnosis = LLMJudge(ScriptedModel([_report_call(REPORT)]), config=PLAIN).localize(traj)
     assert diagnosis is not None
     assert (diagnosis.step, diagnosis.category, diagnosis.method) == (28, "tool_misuse", "llm")
     assert diagnosis.agent == "assistant"
@@ -46,10 +47,12 @@ def test_json_text_answers_and_bad_answers() -> None:
 
 def test_unusable_answer_gives_no_step(airline_runs: list[Trajectory]) -> None:
     traj = pick(airline_runs, "0")
-    out_of_range = LLMJudge(ScriptedModel([_report_call({"step": 999})])).localize(traj)
+    out_of_range = LLMJudge(ScriptedModel([_report_call({"step": 999})]), config=PLAIN).localize(
+        traj
+    )
     assert out_of_range is not None and out_of_range.step is None
     assert "not in the run" in out_of_range.explanation
-    prose = LLMJudge(ScriptedModel(["no idea"])).localize(traj)
+    prose = LLMJudge(ScriptedModel(["no idea"]), config=PLAIN).localize(traj)
     assert prose is not None and prose.step is None
 
 
@@ -60,7 +63,8 @@ def test_step_by_step_stops_at_first_flagged_step(airline_runs: list[Trajectory]
     replies = [_report_call({"error": False, "step": 0})] * flagged
     replies.append(_report_call({"error": True, "step": 0, "category": "tool_misuse"}))
     model = ScriptedModel(replies)
-    diagnosis = LLMJudge(model, mode="step-by-step").localize(traj)
+    config = JudgeConfig(mode="step-by-step", evidence_first=False)
+    diagnosis = LLMJudge(model, config=config).localize(traj)
     assert diagnosis is not None
     assert diagnosis.step == 28  # the asked step wins over the step the judge wrote
 
@@ -72,7 +76,7 @@ def test_judge_over_mock_openai_server(airline_runs: list[Trajectory]) -> None:
         model = OpenAICompatibleModel(
             OpenAIModelConfig(base_url=server.base_url, model="judge", api_key="x")
         )
-        diagnosis = LLMJudge(model).localize(traj)
+        diagnosis = LLMJudge(model, config=PLAIN).localize(traj)
         request = server.requests[-1]
     assert diagnosis is not None and diagnosis.step == 28
     assert request["tools"][0]["function"]["name"] == REPORT_TOOL

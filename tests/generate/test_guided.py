@@ -195,3 +195,17 @@ def test_a_teacher_continuing_a_run_without_system_message_gets_the_policy_and_g
     view = with_guidance(run.messages[:4], guidance, system_prompt(run))
     assert view[0].role == "system" and view[1:] == run.messages[:4]
     assert view[0].text().startswith("# ") and view[0].text().endswith(guidance.text)
+
+
+def test_household_privileged_guidance_tries_the_hidden_state_hint_first() -> None:
+    from trajforge.envs.household import HouseholdEnv
+
+    env = HouseholdEnv()
+    task = env.tasks(3, seed=1)[2]
+    start = start_conversation(env, task, None, Source(harness="test"))
+    failed = run_episode(env, PlanFollower(), task, trajectory=start).with_id()
+    assert failed.outcome.success is False
+    result, demo = _recovery(sources=["privileged"], starts=["start"]).recover(failed, None)
+    hint, plan = result.attempts
+    assert not hint.success and plan.success and result.rounds == 2
+    assert demo is not None and demo.metadata["recovery"]["guidance"].startswith("A plan")

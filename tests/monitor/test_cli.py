@@ -27,6 +27,7 @@ def test_train_eval_and_score_from_the_command_line(monitor_db, tau_trajs, tmp_p
     assert evaluated.exit_code == 0, evaluated.output
     summary = orjson.loads(evaluated.stdout)
     assert summary["runs"] == 300
+    assert summary["sample"].startswith("in-sample")  # the model's own training runs
     assert set(summary["auroc_at_step"]) == {"10", "20", "30", "40"}
     assert set(summary["tokens_saved_at_loss"]) == {"0.01", "0.05"}
     assert set(summary["successful_stopped_at_loss"]) == {"0.01", "0.05"}
@@ -49,6 +50,7 @@ def test_cross_validated_eval_prints_the_required_keys(monitor_db):
     assert result.exit_code == 0, result.output
     summary = orjson.loads(result.stdout)
     assert summary["runs"] == 100 and summary["folds"] == 3
+    assert summary["sample"].startswith("out-of-sample")
     assert all(0 <= v <= 1 for v in summary["tokens_saved_at_loss"].values())
     ceiling = summary["headroom"]
     assert 0 <= ceiling["hindsight_auroc"] <= 1
@@ -69,3 +71,15 @@ def test_bad_model_file_and_empty_run_are_one_line_errors(monitor_db, tmp_path):
     result = _run("score", traj_id, "--db", str(db))
     assert result.exit_code == 1
     assert "no agent steps" in result.output
+
+
+def test_saved_model_on_unseen_tasks_is_out_of_sample(monitor_db, tmp_path):
+    model = tmp_path / "retail.model"
+    trained = _run("train", "--out", str(model), "--db", str(monitor_db), "--env", "tau-retail")
+    assert trained.exit_code == 0, trained.output
+    args = ["--model", str(model), "--db", str(monitor_db), "--json", "--bootstrap", "0"]
+    result = _run("eval", *args, "--harness", "tau-bench")
+    assert result.exit_code == 0, result.output
+    summary = orjson.loads(result.stdout)
+    assert summary["sample"].startswith("out-of-sample")
+    assert summary["runs"] == 200 and summary["in_sample"]["runs"] == 100

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -23,7 +24,6 @@ from trajforge.cli.common import (
     print_json,
 )
 from trajforge.cli.render import render_diagnoses, render_trajectory
-from trajforge.diagnose.storage import load_diagnoses
 from trajforge.store import TrajectoryRow
 
 
@@ -44,7 +44,40 @@ def ls_command(
     if json_out:
         print_json([_row_json(r) for r in rows])
         return
-    console.print(_rows_table(rows))
+    if len(rows) <= RICH_TABLE_ROWS:
+        console.print(_rows_table(rows))
+    else:
+        sys.stdout.write(_plain_rows(rows))
+
+
+RICH_TABLE_ROWS = 200
+"""Longer listings print plain aligned rows: rich's table layout grows slow with many rows."""
+_COLUMNS = ("id", "source", "model", "env", "task", "outcome", "steps", "tokens")
+_OUTCOMES = {True: "success", False: "failure", None: "?"}
+
+
+def _row_cells(row: TrajectoryRow) -> tuple[str, ...]:
+    return (
+        row.id[:12],
+        row.harness or "",
+        row.model or "",
+        row.environment or "",
+        row.task_id or "",
+        _OUTCOMES[row.success],
+        str(row.n_steps),
+        "" if row.total_tokens is None else str(row.total_tokens),
+    )
+
+
+def _plain_rows(rows: list[TrajectoryRow]) -> str:
+    """The listing as plain text: a header, then one line per run in aligned columns."""
+    lines = [_COLUMNS, *(_row_cells(row) for row in rows)]
+    widths = [max(len(line[i]) for line in lines) for i in range(len(_COLUMNS))]
+    text = [
+        "  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip()
+        for line in lines
+    ]
+    return "\n".join([*text, f"{len(rows)} trajectories", ""])
 
 
 def _row_json(row: TrajectoryRow) -> dict:
@@ -67,20 +100,13 @@ def _row_json(row: TrajectoryRow) -> dict:
 
 def _rows_table(rows: list[TrajectoryRow]) -> Table:
     table = Table(title=f"{len(rows)} trajectories")
-    for column in ("id", "source", "model", "env", "task", "outcome", "steps", "tokens"):
+    for column in _COLUMNS:
         table.add_column(column)
+    styles = {True: "[green]", False: "[red]", None: ""}
     for row in rows:
-        outcome = {True: "[green]success", False: "[red]failure", None: "?"}[row.success]
-        table.add_row(
-            row.id[:12],
-            row.harness or "",
-            row.model or "",
-            row.environment or "",
-            row.task_id or "",
-            outcome,
-            str(row.n_steps),
-            "" if row.total_tokens is None else str(row.total_tokens),
-        )
+        cells = list(_row_cells(row))
+        cells[5] = styles[row.success] + cells[5]
+        table.add_row(*cells)
     return table
 
 
@@ -94,6 +120,8 @@ def show_command(
     ] = None,
 ) -> None:
     """Show one trajectory: messages, tool calls, labels, faults and outcome."""
+    from trajforge.diagnose.storage import load_diagnoses  # `ls` does not need it
+
     with open_store(db) as store:
         traj = store.get(traj_id)
         diagnoses = load_diagnoses(store, [traj.id])

@@ -25,7 +25,6 @@ from trajforge.cli.common import (
     print_json,
     progress_bar,
 )
-from trajforge.diagnose.eval import EvalReport
 from trajforge.diagnose.model import Diagnosis
 from trajforge.errors import UserError
 
@@ -33,8 +32,10 @@ MethodOption = Annotated[
     str,
     typer.Option(
         "--method",
-        help="counterfactual (forkable runs), heuristic, llm, or auto (counterfactual where "
-        "forkable, heuristic elsewhere).",
+        help="counterfactual (forkable runs), heuristic, llm, auto (counterfactual where "
+        "forkable, heuristic elsewhere), prior (calibrated step/speaker prior), calibrated "
+        "(heuristic with a tuned confidence, prior below it), trained (step ranker: fitted per "
+        "fold by eval, or from --model-file).",
     ),
 ]
 IdsOption = Annotated[
@@ -42,6 +43,14 @@ IdsOption = Annotated[
 ]
 JudgeModeOption = Annotated[
     str, typer.Option("--judge-mode", help="LLM judge: all-at-once or step-by-step.")
+]
+
+EvidenceOption = Annotated[
+    bool,
+    typer.Option(
+        "--judge-evidence/--no-judge-evidence",
+        help="LLM judge: show it the validation log and require citations of it (default).",
+    ),
 ]
 
 JUDGE_MODES = ("all-at-once", "step-by-step")
@@ -52,17 +61,42 @@ app = typer.Typer(
 )
 
 
-def _localizer(method: str, base_url: str | None, llm_model: str | None, mode: str):
+ModelFileOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--model-file", help="A diagnoser trained with `diagnose train` (method trained)."
+    ),
+]
+
+
+def _localizer(
+    method: str,
+    base_url: str | None,
+    llm_model: str | None,
+    mode: str,
+    model_file: Path | None = None,
+    evidence_first: bool = True,
+):
     from trajforge.diagnose.run import make_localizer
 
+    if model_file is not None:
+        from trajforge.diagnose.trained import TrainedLocalizer, load_ranker
+
+        if method not in ("trained", "heuristic"):
+            raise UserError(
+                f"--model-file holds a trained diagnoser; --method {method} cannot use it"
+            )
+        return TrainedLocalizer(load_ranker(model_file))
     if method != "llm":
         return make_localizer(method)
     if mode not in JUDGE_MODES:
         raise UserError(f"--judge-mode must be one of {', '.join(JUDGE_MODES)}, got '{mode}'")
+    from trajforge.diagnose.judge import JudgeConfig
     from trajforge.models.openai_compat import OpenAICompatibleModel, OpenAIModelConfig
 
     model = OpenAICompatibleModel(OpenAIModelConfig(base_url=base_url, model=llm_model))
-    return make_localizer("llm", model=model, mode=mode)
+    config = JudgeConfig(mode=mode, evidence_first=evidence_first)  # type: ignore[arg-type]
+    return make_localizer("llm", model=model, config=config)
 
 
 @app.callback(invoke_without_command=True)
@@ -79,6 +113,8 @@ def diagnose_command(
     base_url: BaseUrlOption = None,
     llm_model: LlmModelOption = None,
     judge_mode: JudgeModeOption = "all-at-once",
+    model_file: ModelFileOption = None,
+    judge_evidence: EvidenceOption = True,
     json_out: JsonOption = False,
 ) -> None:
     """Diagnose the failed runs matching the filters and store the diagnoses."""
@@ -87,19 +123,17 @@ def diagnose_command(
     guarded(_run)(
         db,
         make_filter(harness, model, env, task, None, limit, ids),
-        method,
-        base_url,
-        llm_model,
-        judge_mode,
+        lambda: _localizer(method, base_url, llm_model, judge_mode, model_file, judge_evidence),
         json_out,
     )
 
 
-def _run(db, flt, method, base_url, llm_model, judge_mode, json_out) -> None:
+def _run(db, flt, make_localizer, json_out) -> None:
     from trajforge.diagnose.run import diagnose_runs, select_failures
     from trajforge.diagnose.storage import save_diagnoses
 
-    localizer = _localizer(method, base_url, llm_model, judge_mode)
+    localizer = make_localizer()
+    method = localizer.name
     with open_store(db) as store:
         runs = select_failures(store, flt)
         with progress_bar(json_out) as progress:
@@ -135,6 +169,23 @@ def diagnoses_table(diagnoses: list[Diagnosis]) -> Table:
     return table
 
 
+SplitOption = Annotated[
+    str,
+    typer.Option(
+        "--split",
+        help="How tuned methods are kept off their test runs: task (k folds of each dataset's "
+        "tasks) or dataset (tuned on the other datasets).",
+    ),
+]
+NeverTuneOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--never-tune",
+        help="A dataset (e.g. who-and-when/hand-crafted) scored but never used as tuning data.",
+    ),
+]
+
+
 @app.command("eval")
 def eval_command(
     db: DbOption = None,
@@ -148,67 +199,156 @@ def eval_command(
     base_url: BaseUrlOption = None,
     llm_model: LlmModelOption = None,
     judge_mode: JudgeModeOption = "all-at-once",
+    split: SplitOption = "task",
+    folds: Annotated[int, typer.Option("--folds", help="Task folds per dataset.")] = 5,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of folds and bootstrap.")] = 0,
+    bootstrap: Annotated[int, typer.Option("--bootstrap", help="Bootstrap rounds.")] = 1000,
+    never_tune: NeverTuneOption = None,
+    model_file: ModelFileOption = None,
+    judge_evidence: EvidenceOption = True,
     fresh: Annotated[
         bool, typer.Option("--fresh", help="Ignore stored diagnoses; diagnose again.")
     ] = False,
     json_out: JsonOption = False,
 ) -> None:
-    """Score localization against the stored labels, beside constant baselines.
+    """Score localization out of sample, per dataset, beside constant baselines.
 
-    Stored diagnoses of the method are scored; runs without one (or all, with --fresh) are
-    diagnosed on the fly, without storing.
+    A method with tuned parts is scored only on runs it was not tuned on (fitted methods are
+    refitted per fold; hand-tuned ones are labelled in-sample on their own tuning data).
+    Baselines are chosen on the tuning side of the split. Stored diagnoses of methods without
+    fitted parts are reused unless --fresh.
     """
     guarded(_eval)(
         db,
         make_filter(harness, model, env, task, None, limit, ids),
-        method,
-        base_url,
-        llm_model,
-        judge_mode,
+        lambda: _localizer(method, base_url, llm_model, judge_mode, model_file, judge_evidence),
+        lambda: _holdout_config(split, folds, seed, bootstrap, never_tune),
         fresh,
         json_out,
     )
 
 
-def _eval(db, flt, method, base_url, llm_model, judge_mode, fresh, json_out) -> None:
-    from trajforge.diagnose.eval import evaluate
-    from trajforge.diagnose.run import diagnose_runs, select_failures
-    from trajforge.diagnose.storage import load_diagnoses
+def _holdout_config(split, folds, seed, bootstrap, never_tune):
+    from trajforge.diagnose.holdout import HoldoutConfig
 
-    with open_store(db) as store:
-        runs = select_failures(store, flt)
-        ids = [] if fresh else [t.id for t in runs]
-        stored = {d.trajectory_id: d for d in load_diagnoses(store, ids, method)}
-    missing = [t for t in runs if t.id not in stored]
-    if missing:
-        localizer = _localizer(method, base_url, llm_model, judge_mode)
-        with progress_bar(json_out) as progress:
-            bar = progress.add_task(f"diagnosing ({method})", total=len(missing))
-            fresh = diagnose_runs(missing, localizer, on_run=lambda _: progress.advance(bar))
-        stored |= {d.trajectory_id: d for d in fresh}
-    report = evaluate(method, [(t, stored[t.id]) for t in runs])
+    if split not in ("task", "dataset"):
+        raise UserError(f"--split must be task or dataset, got '{split}'")
+    if folds < 2:
+        raise UserError(f"--folds must be at least 2, got {folds}")
+    return HoldoutConfig(
+        split=split, folds=folds, seed=seed, bootstrap=bootstrap, never_tune=set(never_tune or [])
+    )
+
+
+def _eval(db, flt, make_localizer, make_config, fresh, json_out) -> None:
+    from trajforge.diagnose.holdout import evaluate_store
+
+    localizer, config = make_localizer(), make_config()
+    with open_store(db) as store, progress_bar(json_out) as progress:
+        bar = progress.add_task(f"diagnosing ({localizer.name})", total=None)
+        report = evaluate_store(
+            store, flt, localizer, config, fresh, on_run=lambda _: progress.advance(bar)
+        )
     if json_out:
-        print_json(report.model_dump())
+        print_json(report)
         return
-    console.print(eval_table(report))
+    for item in report["datasets"]:
+        console.print(eval_table(report["method"], item))
+        console.print(f"split: {item['split']}\n")
 
 
-def eval_table(report: EvalReport) -> Table:
-    table = Table(title=f"{report.method} on {report.runs} labelled runs")
+def eval_table(method: str, item: dict) -> Table:
+    """One dataset's scores beside the baselines (95% bootstrap intervals)."""
+    title = f"{method} on {item['dataset']}: {item['runs']} runs, {item['sample'].upper()}"
+    table = Table(title=title)
     for column in ("measure", "method", "baseline"):
         table.add_column(column, justify="right")
-
-    def pct(value: float | None) -> str:
-        return "-" if value is None else f"{value:.1%}"
-
-    table.add_row("exact step", pct(report.exact), pct(report.baseline_exact))
-    table.add_row("step ±1", pct(report.within1), pct(report.baseline_within1))
-    table.add_row("step ±3", pct(report.within3), pct(report.baseline_within3))
-    table.add_row("agent", pct(report.agent), pct(report.baseline_agent))
-    table.add_row("verified (forkable)", pct(report.verified_rate), "")
-    table.add_row("verified (all)", pct(report.verified_rate_all), "")
-    table.add_row("verified, first proposal", pct(report.first_proposal_rate), "")
+    scores, base, answered = item["scores"], item["baselines"], item["answered"]
+    for key, label in (("exact", "exact step"), ("within1", "step ±1"), ("within3", "step ±3")):
+        table.add_row(label, _pct(scores[key]), _pct(base[key]))
+    table.add_row("agent", _pct(scores["agent"]), _pct(base["agent"]))
+    table.add_row("coverage (not abstained)", _pct(item["coverage"]), "")
+    table.add_row("exact step, answered only", _pct(answered["exact"]), "")
+    table.add_row("agent, answered only", _pct(answered["agent"]), "")
     return table
+
+
+def _pct(metric: dict) -> str:
+    if metric["value"] is None:
+        return "-"
+    ci = metric.get("ci95")
+    span = f" [{ci[0]:.0%}, {ci[1]:.0%}]" if ci else ""
+    return f"{metric['value']:.1%}{span}"
+
+
+@app.command("synthesize")
+def synthesize_command(
+    env: Annotated[str, typer.Option("--env", help="tau-retail, tau-airline or household.")],
+    db: DbOption = None,
+    failures: Annotated[int, typer.Option("--failures", help="Failed runs wanted.")] = 50,
+    error_rate: Annotated[
+        float, typer.Option("--error-rate", help="Noisy-expert mistake rate.")
+    ] = 0.2,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the mistakes.")] = 0,
+    max_attempts: Annotated[
+        int, typer.Option("--max-attempts", help="Give up after this many runs.")
+    ] = 1000,
+    json_out: JsonOption = False,
+) -> None:
+    """Store noisy-expert failures labelled with their counterfactual decisive step."""
+    guarded(_synthesize)(db, env, failures, error_rate, seed, max_attempts, json_out)
+
+
+def _synthesize(db, env, failures, error_rate, seed, max_attempts, json_out) -> None:
+    from trajforge.diagnose.synthetic import SyntheticConfig, synthesize_into_store
+
+    config = SyntheticConfig(
+        environment=env,
+        failures=failures,
+        error_rate=error_rate,
+        seed=seed,
+        max_attempts=max_attempts,
+    )
+    with open_store(db, must_exist=False) as store:
+        made, added = synthesize_into_store(store, config)
+    summary = {"environment": env, "failures": made, "added": added}
+    if json_out:
+        print_json(summary)
+        return
+    console.print(f"{made} labelled {env} failures made, {added} new in the store")
+
+
+@app.command("train")
+def train_command(
+    out: Annotated[Path, typer.Option("--out", "-o", help="Where to write the model file.")],
+    db: DbOption = None,
+    harness: HarnessOption = None,
+    model: ModelOption = None,
+    env: EnvOption = None,
+    task: TaskOption = None,
+    limit: LimitOption = None,
+    ids: IdsOption = None,
+    json_out: JsonOption = False,
+) -> None:
+    """Train the step-ranking diagnoser on the labelled failed runs matching the filters.
+
+    The model file records the datasets and tasks it was trained on: `diagnose eval
+    --model-file` scores those as in-sample, apart from the rest.
+    """
+    guarded(_train)(db, make_filter(harness, model, env, task, None, limit, ids), out, json_out)
+
+
+def _train(db, flt, out, json_out) -> None:
+    from trajforge.diagnose.trained import save_ranker, train_from_store
+
+    with open_store(db) as store:
+        trained = train_from_store(store, flt)
+    save_ranker(trained, out)
+    summary = {"model_file": str(out), "runs": trained.runs, "trained_on": trained.trained_on}
+    if json_out:
+        print_json(summary)
+        return
+    console.print(f"trained on {trained.runs} runs of {', '.join(trained.trained_on)} -> {out}")
 
 
 @app.command("views")

@@ -1,43 +1,52 @@
-"""The `trajforge` command line: one module per command group, registered here."""
+"""The `trajforge` command line: one module per command group, registered here by name.
+
+A command's module is imported only when that command runs (see `trajforge.cli.lazy`), so
+start-up stays short for quick commands such as `ls` and `show`.
+"""
 
 from __future__ import annotations
 
 import typer
 
-from trajforge.cli import browse, importing, report
-from trajforge.cli import diagnose as diagnose_cli
-from trajforge.cli import envs as envs_cli
-from trajforge.cli import monitor as monitor_cli
-from trajforge.cli import proxy as proxy_cli
-from trajforge.cli import recover as recover_cli
-from trajforge.cli import rollout as rollout_cli
-from trajforge.cli.common import guarded
+from trajforge.cli.lazy import LazyGroup
+
+COMMANDS = {
+    "import": "trajforge.cli.importing:import_command",
+    "ls": "trajforge.cli.browse:ls_command",
+    "show": "trajforge.cli.browse:show_command",
+    "stats": "trajforge.cli.report:stats_command",
+    "export": "trajforge.cli.report:export_command",
+    "schema": "trajforge.cli.report:schema_command",
+    "mock-server": "trajforge.cli.proxy:mock_server_command",
+    "proxy": "trajforge.cli.proxy:proxy_command",
+    "diagnose": "trajforge.cli.diagnose:app",
+    "monitor": "trajforge.cli.monitor:app",
+    "rollout": "trajforge.cli.rollout:rollout_command",
+    "replay": "trajforge.cli.envs:replay_command",
+    "fork": "trajforge.cli.envs:fork_command",
+    "handoff": "trajforge.cli.envs:handoff_command",
+    "rft": "trajforge.cli.rollout:rft_command",
+    "robustness": "trajforge.cli.rollout:robustness_command",
+    "recover": "trajforge.cli.recover:recover_command",
+}
+
+
+class TrajforgeCommands(LazyGroup):
+    lazy_commands = COMMANDS
+
 
 app = typer.Typer(
     name="trajforge",
-    help="Import, fork, diagnose and learn from LLM-agent trajectories.",
+    cls=TrajforgeCommands,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
 )
 
-app.command("import")(guarded(importing.import_command))
-app.command("ls")(guarded(browse.ls_command))
-app.command("show")(guarded(browse.show_command))
-app.command("stats")(guarded(report.stats_command))
-app.command("export")(guarded(report.export_command))
-app.command("schema")(guarded(report.schema_command))
-app.command("mock-server")(guarded(proxy_cli.mock_server_command))
-app.command("proxy")(guarded(proxy_cli.proxy_command))
-app.add_typer(diagnose_cli.app, name="diagnose")
-app.add_typer(monitor_cli.app, name="monitor")
-app.command("rollout")(guarded(rollout_cli.rollout_command))
-app.command("replay")(guarded(envs_cli.replay_command))
-app.command("fork")(guarded(envs_cli.fork_command))
-app.command("handoff")(guarded(envs_cli.handoff_command))
-app.command("rft")(guarded(rollout_cli.rft_command))
-app.command("robustness")(guarded(rollout_cli.robustness_command))
-app.command("recover")(guarded(recover_cli.recover_command))
+
+@app.callback()
+def main() -> None:
+    """Import, fork, diagnose and learn from LLM-agent trajectories."""
 
 
 if __name__ == "__main__":

@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
-import numpy as np
 import typer
 from rich.table import Table
 
@@ -82,6 +81,7 @@ def train_command(
     trained: Detector = DETECTORS.get(detector)()
     trained.fit(runs)
     info = {"runs": len(runs), "failed": sum(r.failed for r in runs)}
+    info["trained_groups"] = sorted({r.group for r in runs})
     info |= _learned_info(trained)
     save_detector(trained, out, info)
     summary = {"model_file": str(out), "detector": trained.name, "thresholds": trained.thresholds}
@@ -117,16 +117,19 @@ def eval_command(
     from trajforge.monitor import (
         DETECTORS,
         cross_validate,
-        evaluate_detector,
+        evaluate_saved,
         headroom,
         load_detector,
+        read_header,
     )
 
     runs = _runs(db, harness, agent_model, env, task, limit)
     if model_file is not None:
-        summary = evaluate_detector(load_detector(model_file), runs).summary(bootstrap, seed)
+        trained = read_header(model_file).get("trained_groups")
+        summary = evaluate_saved(load_detector(model_file), runs, trained, bootstrap, seed)
     else:
         summary = cross_validate(runs, DETECTORS.get("learned"), folds, seed).summary(bootstrap)
+        summary["sample"] = f"out-of-sample: {folds}-fold cross-validation grouped by task"
         if baselines:
             summary["baselines"] = {
                 name: _headline(cross_validate(runs, DETECTORS.get(name), folds, seed).summary(0))
@@ -137,6 +140,13 @@ def eval_command(
         print_json(summary)
         return
     console.print(_summary_table(summary))
+    console.print(f"sample: {summary['sample']}")
+    if "in_sample" in summary:
+        seen = summary["in_sample"]
+        console.print(
+            f"IN-SAMPLE (not a generalization figure), {seen['runs']} runs of training tasks: "
+            f"AUROC at step 10 {seen.get('auroc_at_step.10')}"
+        )
 
 
 def _headline(summary: dict) -> dict:
@@ -186,6 +196,8 @@ def score_command(
 
 
 def _print_curve(traj: Trajectory, detector: Detector, curve: list[tuple[int, float]]) -> None:
+    import numpy as np
+
     from trajforge.monitor.stoprule import stop_step
 
     threshold = detector.thresholds.get(str(detector.config.default_loss))

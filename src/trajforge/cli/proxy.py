@@ -6,7 +6,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-import uvicorn
 
 from trajforge.cli.common import DbOption, err_console
 from trajforge.errors import UserError
@@ -20,6 +19,8 @@ HostOption = Annotated[str, typer.Option("--host", help="Interface to bind (loop
 
 def _serve(app: object, host: str, port: int, what: str) -> None:
     err_console.print(f"{what} on http://{host}:{port}/v1 (Ctrl-C stops)", highlight=False)
+    import uvicorn  # the server stack loads only for the commands that serve
+
     uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
 
 

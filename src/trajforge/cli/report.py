@@ -130,7 +130,7 @@ def export_command(
     check_output_path(out, protected=[db or default_db_path()])
     with open_store(db) as store:
         flt = make_filter(harness, model, env, task, outcome, limit)
-        count = export(fmt, store.query(flt), out)
+        count = export(fmt, store, out, flt)
     console.print(f"wrote {count} trajectories to {out} ({fmt})")
 
 

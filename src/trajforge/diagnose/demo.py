@@ -8,6 +8,7 @@ from typing import Any
 
 from rich.table import Table
 
+from trajforge.diagnose.datasets import dataset_of
 from trajforge.diagnose.eval import evaluate, reference_label
 from trajforge.diagnose.localize import AutoLocalizer
 from trajforge.diagnose.run import diagnose_runs, is_failure
@@ -27,10 +28,14 @@ def demo_step(ctx: Any) -> None:
     labelled = [(t, d) for t, d in pairs if reference_label(t) is not None]
     if labelled:
         report = evaluate("heuristic", labelled)
+        tuned = {dataset_of(t) for t, _ in labelled} & AutoLocalizer.tuned_on
+        sample = "IN-SAMPLE: the heuristics were tuned on these runs; " if tuned else ""
         ctx.console.print(
-            f"on {report.runs} human-labelled runs: exact step {report.exact:.0%} "
+            f"on {report.runs} human-labelled runs ({sample}constant baselines chosen on the "
+            f"same runs): exact step {report.exact:.0%} "
             f"(constant baseline {report.baseline_exact:.0%}), agent {report.agent:.0%} "
-            f"(baseline {report.baseline_agent:.0%})"
+            f"(baseline {report.baseline_agent:.0%}); out-of-sample figures: "
+            "`trajforge diagnose eval`"
         )
     card = write_views(pairs, ctx.out_dir / VIEWS_FOLDER)
     ctx.console.print(

@@ -50,6 +50,13 @@ class EvalReport(BaseModel):
     by_category: dict[str, int] = Field(description="Diagnoses per category.")
 
 
+def verification_summary(pairs: list[tuple[Trajectory, Diagnosis]]) -> dict:
+    """How many corrections passed verification (by fork and overall), and the categories."""
+    report = evaluate("", pairs)
+    keys = ("diagnosed", "verified", "verified_rate_all", "forkable", "verified_rate")
+    return {key: getattr(report, key) for key in (*keys, "first_proposal_rate", "by_category")}
+
+
 def reference_label(traj: Trajectory) -> Label | None:
     """The label a diagnosis is scored against (see module docstring)."""
     located = [label for label in traj.labels if label.message_index is not None]

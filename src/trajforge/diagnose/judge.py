@@ -9,6 +9,14 @@ Modes:
 - `all-at-once`: one call with the whole run; the judge names the decisive step.
 - `step-by-step`: one call per agent step with the run up to it; the first step the judge
   marks as an error is the decisive one (at most `max_steps` calls).
+
+Evidence first (default): before it is asked, the judge gets the run's validation log
+(`trajforge.diagnose.validation`: tool errors, contradicted claims, schema and policy
+violations, repeated actions, unsupported final answers, computed without a model) and must
+cite the findings it relies on by id in `evidence_ids`. An answer that cites an id not in
+the log it was shown, cites a message outside the run, or cites nothing while the log has
+findings, is invalid: all-at-once gives no step (`details.invalid`), step-by-step skips
+that answer. The judge's own `confidence` (0-1) is kept on the diagnosis.
 """
 
 from __future__ import annotations
@@ -22,6 +30,7 @@ from pydantic import BaseModel, Field
 from trajforge.diagnose.evidence import speaker
 from trajforge.diagnose.model import Correction, Diagnosis, Evidence
 from trajforge.diagnose.taxonomy import CATEGORIES, taxonomy_text
+from trajforge.diagnose.validation import Finding, render, validation_log
 from trajforge.errors import UserError
 from trajforge.generate.views import transcript
 from trajforge.models.base import ChatModel
@@ -39,9 +48,12 @@ class JudgeConfig(BaseModel):
     )
     max_chars: int = Field(default=3000, description="Longer messages are shortened.")
     max_steps: int = Field(default=40, description="Step-by-step: at most this many calls.")
+    evidence_first: bool = Field(
+        default=True, description="Show the validation log and require citations of it."
+    )
 
 
-def report_tool() -> dict[str, Any]:
+def report_tool(evidence_first: bool = False) -> dict[str, Any]:
     """The function schema the judge answers through."""
     evidence = {
         "type": "object",
@@ -67,13 +79,22 @@ def report_tool() -> dict[str, Any]:
         "explanation": {"type": "string", "description": "Cite messages as [index]."},
         "evidence": {"type": "array", "items": evidence},
         "correction": correction,
+        "confidence": {"type": "number", "description": "Chance (0-1) the step is right."},
     }
+    required = ["step"]
+    if evidence_first:
+        properties["evidence_ids"] = {
+            "type": "array",
+            "items": {"type": "string"},
+            "description": "Ids (E1, E2...) of the validation-log findings you rely on.",
+        }
+        required.append("evidence_ids")
     return {
         "type": "function",
         "function": {
             "name": REPORT_TOOL,
             "description": "Report the decisive error of the run.",
-            "parameters": {"type": "object", "properties": properties, "required": ["step"]},
+            "parameters": {"type": "object", "properties": properties, "required": required},
         },
     }
 
@@ -113,39 +134,110 @@ class LLMJudge:
         return None
 
     def localize(self, traj: Trajectory) -> Diagnosis | None:
+        findings = self._findings(traj)
         if self.config.mode == "step-by-step":
-            return self._step_by_step(traj)
-        report = self._ask(traj, len(traj.messages), "Which message is the decisive error?")
-        return to_diagnosis(traj, report, self.model.name)
+            return self._step_by_step(traj, findings)
+        upto = len(traj.messages)
+        report = self._ask(traj, upto, "Which message is the decisive error?", findings)
+        invalid = self._invalid(traj, report, findings, upto)
+        if invalid:
+            return _invalid_answer(traj, report, invalid, self.model.name)
+        return to_diagnosis(traj, report, self.model.name, findings)
 
-    def _step_by_step(self, traj: Trajectory) -> Diagnosis | None:
+    def _findings(self, traj: Trajectory) -> list[Finding] | None:
+        if not self.config.evidence_first:
+            return None
+        from trajforge.diagnose.forking import tool_schemas
+
+        return validation_log(traj, tool_schemas(traj))
+
+    def _invalid(self, traj, report, findings, upto: int) -> str | None:
+        if findings is None or report is None:
+            return None
+        return citation_problem(report, [f for f in findings if f.message_index < upto], traj)
+
+    def _step_by_step(self, traj: Trajectory, findings: list[Finding] | None) -> Diagnosis | None:
         steps = [i for i, m in enumerate(traj.messages) if m.role == "assistant"]
+        rejected: list[dict[str, Any]] = []
         for index in steps[: self.config.max_steps]:
             question = (
                 f"Is message {index} (the last one) the decisive error? Set error=true and "
                 f"step={index} if it is, error=false otherwise."
             )
-            report = self._ask(traj, index + 1, question)
-            if report and report.get("error") is True:
-                report["step"] = index
-                return to_diagnosis(traj, report, self.model.name)
+            report = self._ask(traj, index + 1, question, findings)
+            if not (report and report.get("error") is True):
+                continue
+            invalid = self._invalid(traj, report, findings, index + 1)
+            if invalid:
+                rejected.append({"step": index, "why": invalid})
+                continue
+            report["step"] = index
+            found = to_diagnosis(traj, report, self.model.name, findings)
+            found.details["rejected_answers"] = rejected
+            return found
         return None
 
-    def _ask(self, traj: Trajectory, upto: int, question: str) -> dict[str, Any] | None:
+    def _ask(
+        self, traj: Trajectory, upto: int, question: str, findings: list[Finding] | None
+    ) -> dict[str, Any] | None:
+        evidence = ""
+        if findings is not None:
+            evidence = (
+                "\n\nValidation log (computed without a model; cite the ids you rely on in "
+                f"evidence_ids, only ids listed here):\n{render(findings, upto)}"
+            )
         prompt = (
             f"Task: {traj.task.instruction or traj.task.id}\n\nRun:\n"
-            f"{transcript(traj.messages[:upto], self.config.max_chars)}\n\n"
+            f"{transcript(traj.messages[:upto], self.config.max_chars)}{evidence}\n\n"
             f"The run failed. {question}"
         )
         messages = [Message(role="system", content=SYSTEM), Message(role="user", content=prompt)]
+        tool = report_tool(findings is not None)
         try:
-            reply = self.model.complete(messages, [report_tool()])
+            reply = self.model.complete(messages, [tool])
         except (openai.APIConnectionError, openai.APIStatusError) as exc:
             raise UserError(f"LLM judge '{self.model.name}' failed: {exc}") from None
         return parse_report(reply.message)
 
 
-def to_diagnosis(traj: Trajectory, report: dict[str, Any] | None, judge: str) -> Diagnosis:
+def citation_problem(report: dict[str, Any], shown: list[Finding], traj: Trajectory) -> str | None:
+    """Why an evidence-first answer is invalid, or None when its citations hold."""
+    cited = report.get("evidence_ids")
+    if cited is None:
+        cited = []
+    if not isinstance(cited, list) or not all(isinstance(c, str) for c in cited):
+        return f"evidence_ids is not a list of ids: {cited!r}"
+    known = {f.id for f in shown}
+    missing = [c for c in cited if c.strip().upper() not in known]
+    if missing:
+        return f"cites {', '.join(missing)}, not in the validation log it was shown"
+    if known and not cited:
+        return "cites no finding although the validation log has findings"
+    for item in report.get("evidence") or []:
+        index = item.get("message_index") if isinstance(item, dict) else None
+        if isinstance(index, int) and not 0 <= index < len(traj.messages):
+            return f"cites message {index}, which is not in the run"
+    return None
+
+
+def _invalid_answer(
+    traj: Trajectory, report: dict[str, Any] | None, why: str, judge: str
+) -> Diagnosis:
+    return Diagnosis(
+        trajectory_id=traj.id,
+        method="llm",
+        step=None,
+        explanation=f"judge {judge}: answer invalid: {why}",
+        details={"judge": judge, "report": report, "invalid": why},
+    )
+
+
+def to_diagnosis(
+    traj: Trajectory,
+    report: dict[str, Any] | None,
+    judge: str,
+    findings: list[Finding] | None = None,
+) -> Diagnosis:
     """A diagnosis from the judge's answer; an unusable answer gives step None and why."""
     step = report.get("step") if report else None
     if not isinstance(step, int) or not 0 <= step < len(traj.messages):
@@ -168,8 +260,26 @@ def to_diagnosis(traj: Trajectory, report: dict[str, Any] | None, judge: str) ->
         evidence=_evidence(report.get("evidence")),
         correction=_correction(report.get("correction")),
         omission=step == max(traj.assistant_indices(), default=-1) and not _acts(traj, step),
-        details={"judge": judge},
+        confidence=_confidence(report.get("confidence")),
+        details={"judge": judge} | _cited(report, findings),
     )
+
+
+def _confidence(raw: Any) -> float | None:
+    if isinstance(raw, int | float) and not isinstance(raw, bool) and 0 <= raw <= 1:
+        return float(raw)
+    return None
+
+
+def _cited(report: dict[str, Any], findings: list[Finding] | None) -> dict[str, Any]:
+    if findings is None:
+        return {}
+    by_id = {f.id: f for f in findings}
+    cited = [by_id[c.strip().upper()] for c in report.get("evidence_ids") or []]
+    return {
+        "evidence_ids": [f.id for f in cited],
+        "cited_findings": [f.model_dump() for f in cited],
+    }
 
 
 def _acts(traj: Trajectory, step: int) -> bool:

@@ -26,10 +26,19 @@ class Localizer(Protocol):
     def localize(self, traj: Trajectory) -> Diagnosis | None: ...
 
 
+WHO_AND_WHEN_TUNED = frozenset({"who-and-when/algorithm-generated"})
+"""The datasets the heuristics' rules and their order were chosen on (by their labels)."""
+
+
 class HeuristicLocalizer:
-    """Evidence heuristics over the recorded messages (see `trajforge.diagnose.heuristics`)."""
+    """Evidence heuristics over the recorded messages (see `trajforge.diagnose.heuristics`).
+
+    Hand-tuned: the multi-agent detectors and their order were chosen on Who&When's
+    algorithm-generated runs, so figures there are in-sample."""
 
     name = "heuristic"
+    tuned_on = WHO_AND_WHEN_TUNED
+    tuned_tasks: frozenset[str] = frozenset()
 
     def check(self, traj: Trajectory) -> None:
         return None
@@ -42,6 +51,8 @@ class AutoLocalizer:
     """Counterfactual where the run is forkable, heuristics elsewhere (mixed stores)."""
 
     name = "auto"
+    tuned_on = WHO_AND_WHEN_TUNED
+    tuned_tasks: frozenset[str] = frozenset()
 
     def __init__(self) -> None:
         from trajforge.diagnose.counterfactual import CounterfactualLocalizer
@@ -64,3 +75,7 @@ LOCALIZERS.register("heuristic", "trajforge.diagnose.localize:HeuristicLocalizer
 LOCALIZERS.register("llm", "trajforge.diagnose.judge:LLMJudge")
 LOCALIZERS.register("counterfactual", "trajforge.diagnose.counterfactual:CounterfactualLocalizer")
 LOCALIZERS.register("auto", "trajforge.diagnose.localize:AutoLocalizer")
+LOCALIZERS.register("prior", "trajforge.diagnose.prior:PriorLocalizer")
+LOCALIZERS.register("calibrated", "trajforge.diagnose.calibrated:CalibratedLocalizer")
+LOCALIZERS.register("trained", "trajforge.diagnose.trained:RankerTrainer")
+LOCALIZERS.register("calibrated-trained", "trajforge.diagnose.calibrated:calibrated_trained")

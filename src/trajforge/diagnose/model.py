@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from trajforge.diagnose.taxonomy import Category
 from trajforge.schema import Message, ToolCall
 
-Method = Literal["counterfactual", "heuristic", "llm"]
+Method = Literal["counterfactual", "heuristic", "llm", "prior", "calibrated", "trained"]
 VerifyMethod = Literal["fork", "evidence", "none"]
 
 
@@ -80,6 +80,16 @@ class Diagnosis(_Model):
         default=False,
         description="The error is something the agent failed to do at `step` (ending early).",
     )
+    confidence: float | None = Field(
+        default=None,
+        description="Estimated chance that `step` is exactly right (calibrated on tuning data "
+        "where the method was fitted; 1.0 for the counterfactual oracle).",
+    )
+    abstained: bool = Field(
+        default=False,
+        description="The method's own answer fell below its confidence threshold; `step` and "
+        "`agent` come from the calibrated prior instead.",
+    )
     details: dict = Field(default_factory=dict, description="Method-specific data (V(t)...).")
     created_at: float = Field(default_factory=time.time, description="Unix time.")
 
@@ -104,4 +114,6 @@ class Diagnosis(_Model):
             "verify_method": self.verification.method if self.verification else None,
             "method": self.method,
             "omission": self.omission,
+            "confidence": self.confidence,
+            "abstained": self.abstained,
         }

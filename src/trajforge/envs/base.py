@@ -71,6 +71,7 @@ class Oracle(Protocol):
         ...
 
 
+@runtime_checkable
 class TaskSet(Protocol):
     """Optional: an environment family that can list or generate its tasks."""
 

@@ -1,6 +1,7 @@
 """Exporters: write stored trajectories in the formats analytics tools and trainers read.
 
-Each exporter is a function `(trajectories, out_path) -> number written`, registered by name.
+Each exporter is a function `(store, filter, out_path) -> number written`, registered by name;
+exporters read the store directly so they can copy stored bytes and columns.
 """
 
 from trajforge.export.registry import EXPORTERS, export

@@ -26,6 +26,7 @@ import orjson
 from trajforge.errors import UserError
 from trajforge.export.tables import atomic_path
 from trajforge.schema import LLMCall, Trajectory
+from trajforge.store import Store, TrajectoryFilter
 
 DRIFT_STATUSES = ("rewritten", "compacted", "retokenized")
 
@@ -103,6 +104,11 @@ def rl_samples(traj: Trajectory) -> Iterator[dict]:
             "call_ids": sequence.call_ids,
             "model": traj.source.model,
         }
+
+
+def export_rl(store: Store, flt: TrajectoryFilter, out: Path) -> int:
+    """`write_rl` for the stored trajectories the filter selects."""
+    return write_rl(store.query(flt), out)
 
 
 def write_rl(trajs: Iterable[Trajectory], out: Path) -> int:

@@ -6,14 +6,12 @@ never leaves a half-written file.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from array import array
 from contextlib import AbstractContextManager
 from pathlib import Path
 
 from trajforge.outputs import atomic_output
-from trajforge.schema import Trajectory
-
-PARQUET_BATCH = 500
+from trajforge.store import Store, TrajectoryFilter
 
 
 def atomic_path(out: Path) -> AbstractContextManager[Path]:
@@ -21,89 +19,76 @@ def atomic_path(out: Path) -> AbstractContextManager[Path]:
     return atomic_output(out)
 
 
-def write_jsonl(trajs: Iterable[Trajectory], out: Path) -> int:
-    """One trajectory document per line; `trajforge import` reads it back exactly."""
+def write_jsonl(store: Store, flt: TrajectoryFilter, out: Path) -> int:
+    """One trajectory document per line, copied as stored; `trajforge import` reads it back
+    exactly."""
     count = 0
     with atomic_path(out) as tmp, tmp.open("wb") as handle:
-        for traj in trajs:
-            handle.write(traj.model_dump_json().encode() + b"\n")
+        for document in store.documents(flt):
+            handle.write(document)
+            handle.write(b"\n")
             count += 1
     return count
 
 
-def _parquet_row(traj: Trajectory) -> dict:
-    return {
-        "id": traj.id,
-        "harness": traj.source.harness,
-        "model": traj.source.model,
-        "run": traj.source.run,
-        "environment": traj.task.environment,
-        "task_id": traj.task.id,
-        "success": traj.outcome.success,
-        "reward": traj.outcome.reward,
-        "n_messages": len(traj.messages),
-        "n_steps": len(traj.assistant_indices()),
-        "prompt_tokens": traj.usage.prompt_tokens,
-        "completion_tokens": traj.usage.completion_tokens,
-        "total_tokens": traj.usage.total_tokens,
-        "n_labels": len(traj.labels),
-        "n_faults": len(traj.faults),
-        "parent_id": traj.parent.trajectory_id if traj.parent else None,
-        "fork_index": traj.parent.message_index if traj.parent else None,
-        "document": traj.model_dump_json(),
-    }
+PARQUET_COLUMNS = (
+    ("id", "id", "string"),
+    ("harness", "harness", "string"),
+    ("model", "model", "string"),
+    ("run", "run", "string"),
+    ("environment", "environment", "string"),
+    ("task_id", "task_id", "string"),
+    ("success", "success", "bool_"),
+    ("reward", "reward", "float64"),
+    ("n_messages", "n_messages", "int64"),
+    ("n_steps", "n_steps", "int64"),
+    ("prompt_tokens", "prompt_tokens", "int64"),
+    ("completion_tokens", "completion_tokens", "int64"),
+    ("total_tokens", "total_tokens", "int64"),
+    ("n_labels", "n_labels", "int64"),
+    ("n_faults", "n_faults", "int64"),
+    ("parent_id", "parent_id", "string"),
+    ("fork_index", "fork_index", "int64"),
+    ("document", "doc", "string"),
+)
+"""Parquet column, stored column it comes from, Arrow type (the document last)."""
 
 
-def write_parquet(trajs: Iterable[Trajectory], out: Path) -> int:
-    """One row per trajectory: summary columns plus the full document as JSON text."""
+def write_parquet(store: Store, flt: TrajectoryFilter, out: Path) -> int:
+    """One row per trajectory: summary columns plus the full document as JSON text, built
+    from the store's columns in bounded batches (no document is decoded)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    schema = pa.schema([(name, getattr(pa, kind)()) for name, _, kind in PARQUET_COLUMNS])
+    sources = [source for _, source, _ in PARQUET_COLUMNS]
+    summary = [name for name, _, _ in PARQUET_COLUMNS if name != "document"]
+    # Documents are large and unique: no dictionary, no min/max statistics (which would keep
+    # two whole documents per row group in the file's metadata, in memory until the end).
+    options = {"use_dictionary": summary, "write_statistics": summary}
     count = 0
-    writer = None
-    with atomic_path(out) as tmp:
-        batch: list[dict] = []
-        for traj in trajs:
-            batch.append(_parquet_row(traj))
-            count += 1
-            if len(batch) >= PARQUET_BATCH:
-                writer = _write_batch(pa, pq, writer, tmp, batch)
-                batch = []
-        if batch or writer is None:
-            writer = _write_batch(pa, pq, writer, tmp, batch)
-        writer.close()
+    with atomic_path(out) as tmp, pq.ParquetWriter(str(tmp), schema, **options) as writer:
+        for batch in store.column_batches(sources, flt):
+            *columns, documents = zip(*batch, strict=True)
+            arrays = [_array(pa, v, f.type) for v, f in zip(columns, schema, strict=False)]
+            arrays.append(_text_array(pa, documents))
+            writer.write_table(pa.Table.from_arrays(arrays, schema=schema))
+            count += len(batch)
     return count
 
 
-def _write_batch(pa, pq, writer, path: Path, batch: list[dict]):
-    table = pa.Table.from_pylist(batch, schema=_schema(pa))
-    if writer is None:
-        writer = pq.ParquetWriter(str(path), table.schema)
-    writer.write_table(table)
-    return writer
+def _array(pa, values: tuple, kind):
+    if kind == pa.bool_():  # SQLite stores booleans as 0/1
+        return pa.array(values, type=pa.int8()).cast(kind)
+    return pa.array(values, type=kind)
 
 
-def _schema(pa):
-    text, integer = pa.string(), pa.int64()
-    return pa.schema(
-        [
-            ("id", text),
-            ("harness", text),
-            ("model", text),
-            ("run", text),
-            ("environment", text),
-            ("task_id", text),
-            ("success", pa.bool_()),
-            ("reward", pa.float64()),
-            ("n_messages", integer),
-            ("n_steps", integer),
-            ("prompt_tokens", integer),
-            ("completion_tokens", integer),
-            ("total_tokens", integer),
-            ("n_labels", integer),
-            ("n_faults", integer),
-            ("parent_id", text),
-            ("fork_index", integer),
-            ("document", text),
-        ]
-    )
+def _text_array(pa, documents: tuple[bytes, ...]):
+    """A string array over the documents' UTF-8 bytes, joined once (no str objects made)."""
+    offsets = array("i", [0])
+    end = 0
+    for document in documents:
+        end += len(document)
+        offsets.append(end)
+    data = pa.py_buffer(b"".join(documents))
+    return pa.StringArray.from_buffers(len(documents), pa.py_buffer(offsets), data)

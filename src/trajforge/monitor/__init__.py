@@ -19,11 +19,16 @@ from trajforge.monitor.detectors import (
     LengthDetector,
     RuleDetector,
 )
-from trajforge.monitor.evaluate import Evaluation, cross_validate, evaluate_detector
+from trajforge.monitor.evaluate import (
+    Evaluation,
+    cross_validate,
+    evaluate_detector,
+    evaluate_saved,
+)
 from trajforge.monitor.features import FEATURE_VERSION, feature_names, prefix_features
 from trajforge.monitor.headroom import headroom
 from trajforge.monitor.hook import SessionMonitor, StopHook, should_stop
-from trajforge.monitor.modelfile import load_detector, save_detector
+from trajforge.monitor.modelfile import load_detector, read_header, save_detector
 from trajforge.monitor.scoring import risk_curve
 
 __all__ = [
@@ -40,12 +45,14 @@ __all__ = [
     "StopHook",
     "cross_validate",
     "evaluate_detector",
+    "evaluate_saved",
     "feature_names",
     "featurize_run",
     "featurize_runs",
     "headroom",
     "load_detector",
     "prefix_features",
+    "read_header",
     "risk_curve",
     "save_detector",
     "should_stop",

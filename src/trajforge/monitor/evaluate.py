@@ -226,3 +226,34 @@ def _headline(scored: list[Scored]) -> dict[str, float | None]:
 def _interval(values: list[float]) -> list[float]:
     low, high = np.percentile(values, [2.5, 97.5])
     return [round(float(low), 4), round(float(high), 4)]
+
+
+def evaluate_saved(
+    detector: Detector,
+    runs: list[RunFeatures],
+    trained_groups: list[str] | None,
+    bootstrap: int = 200,
+    seed: int = 0,
+) -> dict:
+    """Score a saved detector, keeping the runs of the tasks it was trained on apart.
+
+    The headline figures are on runs of unseen tasks (`sample: out-of-sample`); runs of its
+    training tasks are scored separately under `in_sample`. When every run is a training
+    run, the headline itself is labelled `in-sample`. A model file that does not record its
+    training tasks gives `sample: unknown`.
+    """
+    if trained_groups is None:
+        summary = evaluate_detector(detector, runs).summary(bootstrap, seed)
+        return summary | {"sample": "unknown: the model file does not record its training tasks"}
+    seen_groups = set(trained_groups)
+    unseen = [r for r in runs if r.group not in seen_groups]
+    seen = [r for r in runs if r.group in seen_groups]
+    if not unseen:
+        summary = evaluate_detector(detector, seen).summary(bootstrap, seed)
+        return summary | {"sample": "in-sample: every run is of a task the model was trained on"}
+    summary = evaluate_detector(detector, unseen).summary(bootstrap, seed)
+    summary["sample"] = "out-of-sample: runs of tasks the model was not trained on"
+    if seen:
+        figures = _headline(evaluate_detector(detector, seen).scored)
+        summary["in_sample"] = {"runs": len(seen), "sample": "in-sample"} | figures
+    return summary

@@ -82,10 +82,30 @@ def m003_proxy_calls(db: sqlite3.Connection) -> None:
     db.execute("CREATE INDEX idx_proxy_calls_trajectory ON proxy_calls(trajectory_id)")
 
 
+def m004_summary_columns_and_filter_indexes(db: sqlite3.Connection) -> None:
+    """Token and annotation counts as columns (analytics export reads them without parsing
+    documents), and indexes that serve the CLI's combined filters in insertion order."""
+    for column in ("prompt_tokens", "completion_tokens", "n_labels", "n_faults"):
+        db.execute(f"ALTER TABLE trajectories ADD COLUMN {column} INTEGER")
+    db.execute(
+        """
+        UPDATE trajectories SET
+            prompt_tokens = json_extract(CAST(doc AS TEXT), '$.usage.prompt_tokens'),
+            completion_tokens = json_extract(CAST(doc AS TEXT), '$.usage.completion_tokens'),
+            n_labels = json_array_length(CAST(doc AS TEXT), '$.labels'),
+            n_faults = json_array_length(CAST(doc AS TEXT), '$.faults')
+        """
+    )
+    for columns in (("environment", "success"), ("harness", "success"), ("task_id", "success")):
+        name = "_".join(columns)
+        db.execute(f"CREATE INDEX idx_trajectories_{name} ON trajectories({', '.join(columns)})")
+
+
 MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
     m001_trajectories,
     m002_diagnoses,
     m003_proxy_calls,
+    m004_summary_columns_and_filter_indexes,
 ]
 
 

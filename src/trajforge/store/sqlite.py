@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import NamedTuple
@@ -25,7 +25,7 @@ DB_ENV_VAR = "TRAJFORGE_DB"
 _COLUMNS = (
     "id, format_version, harness, model, run, environment, task_id, success, reward, "
     "n_messages, n_steps, total_tokens, parent_id, fork_index, format, source_file, "
-    "created_at, doc"
+    "prompt_tokens, completion_tokens, n_labels, n_faults, created_at, doc"
 )
 _N_ROW_VALUES = len(_COLUMNS.split(",")) - 2  # all but created_at and doc
 
@@ -105,6 +105,10 @@ def _row_values(traj: Trajectory) -> tuple:
         parent.message_index if parent else None,
         traj.source.format,
         traj.source.file,
+        traj.usage.prompt_tokens,
+        traj.usage.completion_tokens,
+        len(traj.labels),
+        len(traj.faults),
     )
 
 
@@ -239,6 +243,37 @@ class Store:
         for (doc,) in self.db.execute(sql, params):
             yield _decode(doc)
 
+    def documents(self, flt: TrajectoryFilter | None = None) -> Iterator[bytes]:
+        """The stored JSON documents matching the filter, as stored (not decoded)."""
+        sql, params = self._select("doc", flt)
+        for (doc,) in self.db.execute(sql, params):
+            yield doc
+
+    def column_batches(
+        self,
+        columns: Sequence[str],
+        flt: TrajectoryFilter | None = None,
+        max_rows: int = 500,
+        max_bytes: int = 4_000_000,
+    ) -> Iterator[list[tuple]]:
+        """Values of stored columns (`doc`: the document's JSON bytes), in batches of at most
+        `max_rows` rows or about `max_bytes` of documents, so memory stays bounded."""
+        unknown = set(columns) - set(_COLUMNS.replace(" ", "").split(","))
+        if unknown:
+            raise ValueError(f"unknown trajectory columns: {sorted(unknown)}")
+        sql, params = self._select(", ".join(columns), flt)
+        batch: list[tuple] = []
+        size = 0
+        doc_at = columns.index("doc") if "doc" in columns else None
+        for values in self.db.execute(sql, params):
+            batch.append(values)
+            size += 0 if doc_at is None else len(values[doc_at])
+            if len(batch) >= max_rows or size >= max_bytes:
+                yield batch
+                batch, size = [], 0
+        if batch:
+            yield batch
+
     def rows(self, flt: TrajectoryFilter | None = None) -> list[TrajectoryRow]:
         """Summary rows matching the filter, without decoding the documents."""
         fields = list(TrajectoryRow.model_fields)
@@ -250,6 +285,11 @@ class Store:
                 record["success"] = bool(record["success"])
             result.append(TrajectoryRow(**record))
         return result
+
+    def query_plan(self, flt: TrajectoryFilter | None = None) -> list[str]:
+        """How SQLite reads the rows a filter selects (`EXPLAIN QUERY PLAN` details)."""
+        sql, params = self._select("id", flt)
+        return [row[-1] for row in self.db.execute(f"EXPLAIN QUERY PLAN {sql}", params)]
 
     def count(self, flt: TrajectoryFilter | None = None) -> int:
         where, params = (flt or TrajectoryFilter()).where()

@@ -168,6 +168,17 @@ class HouseholdEnv:
         name, args = plan[0]
         return ToolCall(id="", name=name, arguments=orjson.dumps(args).decode())
 
+    def privileged_hint(self) -> str | None:
+        """Hidden state the agent would have to search for: where the goal's objects are."""
+        if self.state is None or self.goal is None or self.layout is None:
+            return None
+        spots = []
+        for obj in self.layout.by_type.get(self.goal.obj_type, []):
+            where = self.state.place.get(obj)
+            if where is not None and where != self.goal.target:
+                spots.append(f"{obj} is in {where} ({self.layout.room_of[where]})")
+        return "; ".join(spots) + "." if spots else None
+
     def distractor_action(self, rng: random.Random) -> ToolCall | None:
         """A plausible wrong move: walk elsewhere, take the wrong thing, drop what is held."""
         expert = self.expert_action()

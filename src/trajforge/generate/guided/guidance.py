@@ -1,8 +1,9 @@
 """Guidance texts for a failed scenario, from three sources in order of cost.
 
 - `correction`: the verified correction of the run's diagnosis, rendered as advice;
-- `privileged`: the oracle's plan from the state the teacher starts in (it knows the gold
-  actions and the hidden state), flagged `privileged`;
+- `privileged`: the environment's hidden-state hint when it has one (household: where the
+  goal's objects are), then the oracle's plan from the state the teacher starts in (it
+  knows the gold actions and the hidden state); flagged `privileged`;
 - `llm`: proposed by a chat model from the failed transcript and the verifier's feedback,
   then refined round by round with the feedback of the teacher's last failed attempt.
 """
@@ -77,6 +78,21 @@ def oracle_plan(env: Environment, max_steps: int = 30) -> list[str] | None:
         else:
             break
     return plan
+
+
+@runtime_checkable
+class PrivilegedHint(Protocol):
+    """Optional environment method: hidden state worth a hint (where things are, ...)."""
+
+    def privileged_hint(self) -> str | None: ...
+
+
+def hidden_state_guidance(env: Environment) -> Guidance | None:
+    """The environment's hidden-state hint (privileged), when it offers one."""
+    hint = env.privileged_hint() if isinstance(env, PrivilegedHint) else None
+    if not hint:
+        return None
+    return Guidance(text=f"Hidden from you: {hint}", source="privileged", privileged=True)
 
 
 @runtime_checkable

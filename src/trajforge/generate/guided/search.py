@@ -31,6 +31,7 @@ from trajforge.generate.guided.guidance import (
     GuidanceSource,
     LLMGuidanceProposer,
     correction_guidance,
+    hidden_state_guidance,
     oracle_plan,
     privileged_guidance,
 )
@@ -158,8 +159,7 @@ class GuidedRecovery:
             if guidance is not None:
                 yield guidance, self._run(failed, guidance, start, at)
         elif source == "privileged":
-            guidance = privileged_guidance(self._plan(failed, at))
-            if guidance is not None:
+            for guidance in self._privileged(failed, at):
                 yield guidance, self._run(failed, guidance, start, at)
         elif self.proposer is not None:
             yield from self._llm_rounds(failed, start, at)
@@ -180,10 +180,14 @@ class GuidedRecovery:
             run = self._run(failed, guidance, start, at)
             yield guidance, run
 
-    def _plan(self, failed: Trajectory, at: int) -> list[str] | None:
+    def _privileged(self, failed: Trajectory, at: int) -> list[Guidance]:
+        """The hidden-state hint (if the environment has one), then the oracle's plan, both
+        from the state after the first `at` messages."""
         env = make_env(failed)
         replay_to(env, failed, at)
-        return oracle_plan(env, self.config.plan_steps)
+        hint = hidden_state_guidance(env)
+        plan = privileged_guidance(oracle_plan(env, self.config.plan_steps))
+        return [g for g in (hint, plan) if g is not None]
 
     def _run(self, failed: Trajectory, guidance: Guidance, start: StartMode, at: int) -> _Run:
         policy = GuidedPolicy(self.teacher(), guidance, system_prompt(failed))
