@@ -9,6 +9,13 @@ assistant/user pairs). mini-swe-agent's "step" k (its k-th model call) is the k-
 message. Each assistant message keeps its raw model response, with token usage, in
 `Message.extra["response"]`; each also gets an `LLMCall` with that usage.
 
+mini-swe-agent 2.x (`trajectory_format` `mini-swe-agent-1.1`) uses native tool calls
+(`tool_calls` on assistant messages, `tool` results) and ends with a record of role `exit`
+whose `extra` holds the exit status and the submission. That record never reached the
+model, so it is not a message: its `extra` goes to `metadata["exit"]`, its exit status to
+the outcome's termination reason and its submission to the task data (when `info` does not
+already give them).
+
 Verdicts: for `.../trajs/<id>/<id>.traj.json` the importer reads `.../logs/<id>/report.json`
 (the SWE-bench harness report), else `.../results_summary.json`; both are consumed as
 sidecars when importing a folder.
@@ -61,10 +68,14 @@ def _summary_path(path: Path) -> Path:
 
 def _to_trajectory(data: dict[str, Any], path: Path) -> Trajectory:
     info = data.get("info") or {}
-    instance = data.get("instance_id") or _instance_from_path(path)
-    messages = message_list(data["messages"], "messages")
+    if not isinstance(info, dict):
+        raise ValueError(f"info: expected an object, got {type(info).__name__}")
+    instance = str(data.get("instance_id") or _instance_from_path(path))
+    records, exit_record = _split_exit(data["messages"])
+    info = {**exit_record, **{k: v for k, v in info.items() if v is not None}}
+    messages = message_list(records, "messages")
     calls = _llm_calls(messages)
-    config = info.get("config") or {}
+    config = info.get("config") if isinstance(info.get("config"), dict) else {}
     return Trajectory(
         task=Task(
             id=instance,
@@ -74,7 +85,7 @@ def _to_trajectory(data: dict[str, Any], path: Path) -> Trajectory:
         ),
         source=Source(
             harness="mini-swe-agent",
-            model=(config.get("model") or {}).get("model_name"),
+            model=_model_name(config),
             run=path.parent.parent.parent.name if path.parent.parent.name == "trajs" else None,
             file=str(path),
             format="mini-swe-agent",
@@ -86,8 +97,26 @@ def _to_trajectory(data: dict[str, Any], path: Path) -> Trajectory:
         metadata={
             "trajectory_format": data.get("trajectory_format"),
             "mini_version": info.get("mini_version"),
-        },
+        }
+        | ({"exit": exit_record} if exit_record else {}),
     )
+
+
+def _split_exit(records: Any) -> tuple[Any, dict[str, Any]]:
+    """(the messages, the `extra` of a final `exit` record, or {}) of a 2.x message list."""
+    if not isinstance(records, list) or not records:
+        return records, {}
+    last = records[-1]
+    if not isinstance(last, dict) or last.get("role") != "exit":
+        return records, {}
+    extra = last.get("extra")
+    return records[:-1], dict(extra) if isinstance(extra, dict) else {}
+
+
+def _model_name(config: dict[str, Any]) -> str | None:
+    model = config.get("model")
+    name = model.get("model_name") if isinstance(model, dict) else None
+    return name if isinstance(name, str) else None
 
 
 def _instruction(messages: list[dict[str, Any]]) -> str | None:
