@@ -69,3 +69,12 @@ def test_deeply_nested_json_is_one_line(tmp_path: Path) -> None:
     result = cli("import", str(path), "--db", str(tmp_path / "s.db"))
     assert result.returncode == 1 and result.stderr.count("\n") == 1, result.stderr
     assert str(path) in result.stderr and "nested" in result.stderr
+
+
+def test_reimport_with_model_or_run_finds_the_stored_runs(tmp_path: Path) -> None:
+    db = str(tmp_path / "s.db")
+    folder = str(RUN.parent)
+    first = json.loads(cli("import", folder, "--db", db, "--json").stdout)
+    for extra in (["--model", "m1"], ["--model", "m1", "--run", "r1"], ["--run", "r2"]):
+        again = json.loads(cli("import", folder, "--db", db, "--json", *extra).stdout)
+        assert (again["imported"], again["duplicates"]) == (0, first["imported"])

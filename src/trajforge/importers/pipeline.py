@@ -36,12 +36,17 @@ class SourceOverrides(BaseModel):
     run: str | None = Field(default=None, description="Run or experiment name.")
 
     def apply(self, trajs: Iterable[Trajectory]) -> Iterator[Trajectory]:
-        """The trajectories with the overrides set (ids are recomputed from the new content)."""
+        """The trajectories with the overrides set.
+
+        The id is the content id of the run as the file gave it, taken before the overrides
+        are set: importing the same file again, with or without `--model`/`--run`, finds the
+        run already stored instead of adding a copy that differs only in those labels.
+        """
         changes = self.model_dump(exclude_none=True)
         for traj in trajs:
             if changes:
+                traj.with_id()
                 traj.source = traj.source.model_copy(update=changes)
-                traj.id = ""
             yield traj
 
 
