@@ -246,7 +246,7 @@ def _stream_array(path: Path, prefix: str) -> Iterator[tuple[int, object]]:
         try:
             for index, record in enumerate(ijson.items(handle, prefix, use_float=True)):
                 yield index, record
-        except (ijson.JSONError, EOFError, OSError) as exc:
+        except (ijson.JSONError, EOFError, OSError, UnicodeDecodeError) as exc:
             raise InputError(str(path), f"malformed JSON: {exc}", index + 1) from exc
 
 
@@ -265,7 +265,7 @@ def load_json_without(path: Path, skipped_key: str) -> dict:
                 if _under(prefix, skipped_key) or (prefix == "" and value == skipped_key):
                     continue
                 builder.event(event, value)
-        except (ijson.JSONError, EOFError, OSError) as exc:
+        except (ijson.JSONError, EOFError, OSError, UnicodeDecodeError) as exc:
             raise InputError(str(path), f"malformed JSON: {exc}") from exc
     if not isinstance(builder.value, dict):
         raise InputError(str(path), "expected a JSON object")
