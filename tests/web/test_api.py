@@ -207,3 +207,61 @@ def test_wilson_interval() -> None:
     low, high = wilson(84, 200)
     assert (round(low, 3), round(high, 3)) == (0.354, 0.489)
     assert wilson(0, 0) is None
+
+
+@pytest.fixture(scope="module")
+def monitored(ui_store: UiStore, tmp_path_factory: pytest.TempPathFactory) -> TestClient:
+    """The UI with a model file: the rule detector with thresholds fit on the tau runs."""
+    from trajforge.monitor import RuleDetector, featurize_runs, save_detector
+    from trajforge.store import TrajectoryFilter
+
+    with Store(ui_store.db) as store:
+        runs = featurize_runs(store.query(TrajectoryFilter(environment="tau-airline")))
+    detector = RuleDetector()
+    detector.fit(runs)
+    model = tmp_path_factory.mktemp("monitor") / "rule.model"
+    save_detector(detector, model)
+    return TestClient(create_app(UiConfig(db=ui_store.db, monitor=model)))
+
+
+def test_risk_column_and_curve_use_the_monitor_model(
+    monitored: TestClient, ui_store: UiStore
+) -> None:
+    from trajforge.monitor import RuleDetector, risk_curve
+
+    page = monitored.get("/", params={"env": "tau-airline", "per_page": 5}).text
+    ids = [part.split('"')[0] for part in page.split('data-risk="')[1:]]
+    assert len(ids) == 5
+    risks = monitored.get("/api/risk", params={"ids": ",".join(ids)}).json()
+    with Store(ui_store.db) as store:
+        for traj_id in ids:  # the monitor's own scoring, last step
+            assert risks[traj_id] == risk_curve(store.get(traj_id), RuleDetector())[-1][1]
+    fragment = monitored.get(f"/runs/{ids[0]}/risk").text
+    assert "threshold" in fragment and "svg" in fragment
+    assert monitored.get("/api/risk", params={"ids": "0000nothere"}).status_code == 404
+
+
+def test_stop_point_is_where_the_stop_rule_fires(monitored: TestClient, ui_store: UiStore) -> None:
+    import numpy as np
+
+    from trajforge.monitor import RuleDetector, featurize_runs, risk_curve
+    from trajforge.monitor.stoprule import stop_step
+    from trajforge.store import TrajectoryFilter
+
+    with Store(ui_store.db) as store:
+        trajs = list(store.query(TrajectoryFilter(environment="tau-airline")))
+    detector = RuleDetector()
+    detector.fit(featurize_runs(trajs))
+    threshold = detector.thresholds[str(detector.config.default_loss)]
+    stopped = 0
+    for traj in trajs[:60]:
+        curve = risk_curve(traj, detector)
+        risks = np.asarray([risk for _, risk in curve])
+        stop = stop_step(risks, threshold, detector.config.min_step)
+        fragment = monitored.get(f"/runs/{traj.id}/risk").text
+        assert ('id="stop-point"' in fragment) == (stop is not None)
+        if stop is not None:
+            stopped += 1
+            assert f'data-stop-message="{curve[stop - 1][0]}"' in fragment
+            assert f"stops at step {stop} " in fragment
+    assert stopped >= 1

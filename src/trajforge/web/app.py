@@ -172,8 +172,7 @@ def _pages(app: FastAPI, store: Store, scorer: RiskScorer, config: UiConfig) -> 
     @app.get("/", response_class=HTMLResponse)
     async def runs_page(request: Request) -> HTMLResponse:
         params = _params(request)
-        risk = _page_risk(store, scorer, params) if scorer.from_file else None
-        return _html("Runs", runs.runs_page(store, params, risk), "/")
+        return _html("Runs", runs.runs_page(store, params, scorer.from_file), "/")
 
     @app.get("/runs/{traj_id}", response_class=HTMLResponse)
     async def run_page(request: Request, traj_id: str) -> HTMLResponse:
@@ -181,6 +180,12 @@ def _pages(app: FastAPI, store: Store, scorer: RiskScorer, config: UiConfig) -> 
         diagnoses = load_diagnoses(store, [traj.id])
         body = run_view.run_view(traj, diagnoses, _params(request), child_count(store, traj.id))
         return _html(f"Run {traj.id[:12]}", body)
+
+    @app.get("/api/risk")
+    async def api_risk(ids: str = "") -> JSONResponse:
+        """{id: failure risk after the run's last step} for up to 100 comma-separated ids."""
+        wanted = [i for i in ids.split(",") if i][:100]
+        return JSONResponse({i: scorer.latest(_get(store, i)) for i in wanted})
 
     @app.get("/runs/{traj_id}/risk", response_class=HTMLResponse)
     async def risk_fragment(traj_id: str) -> HTMLResponse:
@@ -242,16 +247,6 @@ def _views(app: FastAPI, store: Store, config: UiConfig) -> None:
     @app.get("/datasets", response_class=HTMLResponse)
     async def datasets_page() -> HTMLResponse:
         return _html("Datasets", datasets.datasets_page(store, str(config.db)), "/datasets")
-
-
-def _page_risk(store: Store, scorer: RiskScorer, params: Mapping[str, str]) -> dict[str, float]:
-    page_runs = runs.api_runs(store, params)["runs"]
-    risks = {}
-    for run in page_runs:
-        value = scorer.latest(store.get(run["id"]))
-        if value is not None:
-            risks[run["id"]] = value
-    return risks
 
 
 def _api(app: FastAPI, store: Store) -> None:

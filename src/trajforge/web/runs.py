@@ -38,8 +38,9 @@ def _run_json(run: RunSummary) -> dict:
     return data
 
 
-def runs_page(store: Store, params: Mapping[str, str], risk: dict[str, float] | None) -> str:
-    """The body of the runs page."""
+def runs_page(store: Store, params: Mapping[str, str], risk: bool) -> str:
+    """The body of the runs page; with `risk`, a failure-risk column the page fills in from
+    `/api/risk` after it shows (scoring fifty runs takes longer than the page)."""
     query = run_query(params)
     result = run_page(store, query)
     parts = [
@@ -97,11 +98,9 @@ def _header(params: Mapping[str, str], query: RunQuery, name: str, key: str | No
     return link(url("/", state(params, sort=key, dir=direction, page=1)), name + arrow)
 
 
-def _runs_table(
-    params: Mapping[str, str], query: RunQuery, result: RunPage, risk: dict[str, float] | None
-) -> str:
+def _runs_table(params: Mapping[str, str], query: RunQuery, result: RunPage, risk: bool) -> str:
     headers = [_header(params, query, name, key) for name, key in COLUMNS]
-    if risk is not None:
+    if risk:
         headers.append("risk")
     link_params = {"q": query.q} if query.q else None
     body = []
@@ -124,9 +123,7 @@ def _row_html(run: RunSummary, cells: list[str], cls: str = "") -> str:
     return f'<tr data-id="{h(run.id)}"{attr}>' + "".join(f"<td>{c}</td>" for c in cells) + "</tr>"
 
 
-def row_cells(
-    run: RunSummary, link_params: Mapping[str, object] | None, risk: dict[str, float] | None
-) -> list[str]:
+def row_cells(run: RunSummary, link_params: Mapping[str, object] | None, risk: bool) -> list[str]:
     """The cells of one run's row in the runs table (HTML)."""
     fork = " <span class=dim>fork</span>" if run.parent_id else ""
     cells = [
@@ -142,8 +139,8 @@ def row_cells(
         _tally(run.faults),
         h(" ".join(run.diagnoses)),
     ]
-    if risk is not None:
-        cells.append(_risk_cell(risk.get(run.id)))
+    if risk:
+        cells.append(f'<span data-risk="{h(run.id)}" class="dim">…</span>')
     return cells
 
 
@@ -155,7 +152,7 @@ def live_row(store: Store, traj_id: str, params: Mapping[str, str]) -> tuple[str
     if not result.runs:
         return None
     run = result.runs[0]
-    return _row_html(run, row_cells(run, None, None), "live"), _run_json(run)
+    return _row_html(run, row_cells(run, None, False), "live"), _run_json(run)
 
 
 def _tally(items: list[str]) -> str:
@@ -168,10 +165,6 @@ def _tally(items: list[str]) -> str:
         counts[kind] = counts.get(kind, 0) + 1
     shown = ", ".join(f"{kind} ×{n}" if n > 1 else kind for kind, n in counts.items())
     return f'<span title="{h(" ".join(items))}">{h(shown)}</span>'
-
-
-def _risk_cell(value: float | None) -> str:
-    return "" if value is None else f"{value:.2f}"
 
 
 def _snippet_html(snippet: str) -> str:

@@ -23,6 +23,7 @@ from pydantic import BaseModel, Field
 
 from trajforge.agents.base import Policy, UserSimulator
 from trajforge.diagnose.model import Diagnosis
+from trajforge.envs.base import Environment
 from trajforge.envs.replay import make_env, replay_to
 from trajforge.generate.guided.guidance import (
     SOURCES,
@@ -59,6 +60,11 @@ class RecoverConfig(BaseModel):
     intervene: bool = Field(default=True, description="Also run intervene-and-replay.")
     max_steps: int = Field(default=40, ge=1, description="Teacher steps per attempt.")
     plan_steps: int = Field(default=30, ge=1, description="Longest privileged plan.")
+    privileged_forms: list[Literal["hint", "plan"]] = Field(
+        default_factory=lambda: ["hint", "plan"],
+        description="Privileged guidance tried, in order: the environment's hidden-state "
+        "hint, the oracle's plan.",
+    )
     leak: LeakConfig = Field(default_factory=LeakConfig, description="Leak check.")
 
 
@@ -185,9 +191,19 @@ class GuidedRecovery:
         from the state after the first `at` messages."""
         env = make_env(failed)
         replay_to(env, failed, at)
-        hint = hidden_state_guidance(env)
-        plan = privileged_guidance(oracle_plan(env, self.config.plan_steps))
-        return [g for g in (hint, plan) if g is not None]
+        forms = {
+            "hint": lambda: hidden_state_guidance(env),
+            "plan": lambda: privileged_guidance(self._plan_from(env)),
+        }
+        found = [forms[form]() for form in self.config.privileged_forms]
+        return [g for g in found if g is not None]
+
+    def _plan_from(self, env: Environment) -> list[str] | None:
+        """The oracle's plan from the environment's state, which is left as it was."""
+        state = env.snapshot()
+        plan = oracle_plan(env, self.config.plan_steps)
+        env.restore(state)
+        return plan
 
     def _run(self, failed: Trajectory, guidance: Guidance, start: StartMode, at: int) -> _Run:
         policy = GuidedPolicy(self.teacher(), guidance, system_prompt(failed))

@@ -47,9 +47,26 @@ function watchActivity(block) {
   });
 }
 
+async function fillRisks(table) {
+  const cells = [...table.querySelectorAll("[data-risk]")];
+  if (!cells.length) return;
+  const ids = cells.map((cell) => cell.dataset.risk).join(",");
+  const response = await fetch("/api/risk?ids=" + encodeURIComponent(ids));
+  if (!response.ok) return;
+  const risks = await response.json();
+  for (const cell of cells) {
+    const risk = risks[cell.dataset.risk];
+    cell.textContent = risk === null || risk === undefined ? "" : risk.toFixed(2);
+    cell.classList.remove("dim");
+  }
+}
+
 document.addEventListener("DOMContentLoaded", () => {
   const runs = document.getElementById("runs");
-  if (runs) watchRuns(runs);
+  if (runs) {
+    watchRuns(runs);
+    fillRisks(runs);
+  }
   const activity = document.getElementById("activity");
   if (activity) watchActivity(activity);
   const risk = document.getElementById("risk");
