@@ -40,7 +40,8 @@ def test_host_unix_socket_in_tmp_is_unreachable(tmp_path: Path) -> None:
     thread = threading.Thread(target=lambda: accepted.append(server.accept()), daemon=True)
     thread.start()
     probe = (
-        f"import socket; s = socket.socket(socket.AF_UNIX); s.connect({str(path)!r}); print('CONNECTED')"
+        "import socket; s = socket.socket(socket.AF_UNIX); "
+        f"s.connect({str(path)!r}); print('CONNECTED')"
     )
     result = sh(f'python -c "{probe}"', tmp_path / "ws")
     server.close()
