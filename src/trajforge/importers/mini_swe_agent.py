@@ -50,12 +50,20 @@ class MiniSweAgentImporter:
 
     def sidecars(self, path: Path) -> list[Path]:
         instance = _instance_from_path(path)
-        found = [p for p in (_report_path(path, instance), _summary_path(path)) if p.exists()]
+        found = [p for p in (_report_path(path, instance), _summary_path(path)) if _exists(p)]
         return found
 
 
 def _instance_from_path(path: Path) -> str:
     return base_name(path).removesuffix(".traj.json")
+
+
+def _exists(path: Path) -> bool:
+    """Whether a companion file exists (an instance id too long for a file name: no)."""
+    try:
+        return path.is_file()
+    except OSError:
+        return False
 
 
 def _report_path(path: Path, instance: str) -> Path:
@@ -167,7 +175,7 @@ def _count(value: Any) -> int:
 def _outcome(path: Path, instance: str, info: dict[str, Any]) -> Outcome:
     exit_status = info.get("exit_status")
     report = _report_path(path, instance)
-    if report.exists():
+    if _exists(report):
         verdict = load_json(report)
         if isinstance(verdict, dict) and instance in verdict:
             verdict = verdict[instance]
@@ -189,7 +197,7 @@ def _outcome(path: Path, instance: str, info: dict[str, Any]) -> Outcome:
 
 
 def _resolved_from_summary(summary: Path, instance: str) -> bool | None:
-    if not summary.exists():
+    if not _exists(summary):
         return None
     data = load_json(summary)
     for entry in data.get("instances", []) if isinstance(data, dict) else []:
