@@ -47,7 +47,8 @@ def test_views_load_and_hold_only_verified_items(
     assert len(recovery) == 28 + 2  # messages 0..27, the feedback, the corrected action
     assert recovery[-2]["role"] == "system" and "Feedback" in recovery[-2]["content"]
     call = recovery[-1]["tool_calls"][0]["function"]
-    assert call["name"] == "book_reservation" and '"nonfree_baggages":0' in call["arguments"]
+    assert call["name"] == "book_reservation" and call["arguments"]["nonfree_baggages"] == 0
+    assert all(m["weight"] == 0 for m in recovery[:-2] if m["role"] == "assistant")
     assert card["verified_runs"] == 1 and card["by_category"] == {"tool_misuse": 1}
     assert (tmp_path / "dataset_card.md").read_text().startswith("# trajforge")
 
