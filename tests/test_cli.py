@@ -136,6 +136,7 @@ def test_truncated_file_one_line_error_store_unchanged(tmp_path: Path, sample_db
     errors = result.stderr.strip().splitlines()
     assert len(errors) == 1 and str(bad) in errors[0] and "malformed JSON" in errors[0]
     assert Store(db).rows() == before
+    assert "imported 0 trajectories from 1 file (1 failed);" in result.stdout
 
 
 def test_unknown_format_one_line_error_store_unchanged(tmp_path: Path) -> None:
