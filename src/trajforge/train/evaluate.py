@@ -31,7 +31,7 @@ from trajforge.agents.household_teacher import ObservableTeacher
 from trajforge.envs.base import Environment
 from trajforge.envs.household import HouseholdEnv
 from trajforge.errors import EpisodeEnd, UserError
-from trajforge.importers.openai_messages import to_message
+from trajforge.openai_wire import to_message
 from trajforge.models.openai_compat import message_to_openai
 from trajforge.rollout.episode import Limits, run_episode, start_trajectory
 from trajforge.schema import Message, Outcome, Task, Trajectory
