@@ -31,8 +31,8 @@ from trajforge.agents.household_teacher import ObservableTeacher
 from trajforge.envs.base import Environment
 from trajforge.envs.household import HouseholdEnv
 from trajforge.errors import EpisodeEnd, UserError
-from trajforge.openai_wire import to_message
 from trajforge.models.openai_compat import message_to_openai
+from trajforge.openai_wire import to_message
 from trajforge.rollout.episode import Limits, run_episode, start_trajectory
 from trajforge.schema import Message, Outcome, Task, Trajectory
 from trajforge.serve.student import DecodeSession, Student, answer_message
