@@ -52,8 +52,6 @@ ALLOWED_UPWARD: set[tuple[str, str]] = {
     ("trajforge.envs.tau.demo", "agents"),
     ("trajforge.envs.tau.demo", "cli"),
     ("trajforge.envs.tau.demo", "rollout"),
-    ("trajforge.envs.tau.env", "agents"),
-    ("trajforge.envs.tau2.env", "agents"),
     ("trajforge.models.tiny_check", "export"),
     ("trajforge.rollout.demo", "cli"),
     ("trajforge.rollout.demo", "evaluate"),

@@ -22,9 +22,9 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from trajforge.agents.base import USER_STOP, EpisodeState, Policy, UserSimulator
+from trajforge.agents.base import EpisodeState, Policy, UserSimulator
 from trajforge.agents.user_sim import ScriptedUser
-from trajforge.envs.base import Environment
+from trajforge.envs.base import USER_STOP, EndsEpisodes, Environment
 from trajforge.envs.replay import answered_calls, make_env, replay_calls
 from trajforge.errors import UserError
 from trajforge.rollout.episode import Limits, run_episode
@@ -120,11 +120,10 @@ def fork(
         user = ScriptedUser()
     replay_calls(env, parent, at)
     child = prefix_child(parent, at, policy, options)
-    if hasattr(env, "bind_conversation"):
-        env.bind_conversation(child.messages)
+    env.bind_conversation(child.messages)
     if prepare_turn(env, child, user):
         return finish_stopped(env, child, "user_stop")
-    if getattr(env, "done", False):  # the prefix already ended it (a hand-over, say)
+    if isinstance(env, EndsEpisodes) and env.done:  # the prefix already ended it (a hand-over, say)
         return finish_stopped(env, child, "env_done")
     return with_run_id(
         run_episode(env, policy, child.task, user=user, trajectory=child, limits=options.limits)
@@ -178,8 +177,7 @@ def prepare_turn(env: Environment, child: Trajectory, user: UserSimulator | None
 
 
 def _restore_binding(env: Environment, child: Trajectory) -> None:
-    if hasattr(env, "bind_conversation"):
-        env.bind_conversation(child.messages)
+    env.bind_conversation(child.messages)
 
 
 def _opening(user: UserSimulator, child: Trajectory) -> Message:
