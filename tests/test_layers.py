@@ -26,7 +26,7 @@ from pathlib import Path
 SRC = Path(__file__).resolve().parents[1] / "src" / "trajforge"
 
 LAYERS: list[set[str]] = [
-    {"schema", "errors", "registry", "stats", "jsonfile", "openai_wire", "__init__"},
+    {"schema", "errors", "registry", "stats", "jsonfile", "openai_wire", "outputs", "__init__"},
     {"store"},
     {"importers", "models"},
     {"envs"},
