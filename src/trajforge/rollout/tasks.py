@@ -25,9 +25,23 @@ TASKS_HELP = (
 )
 
 
-def select_tasks(env: Any, spec: str) -> list[Task]:
-    """The tasks named by `spec` for environment `env`; UserError when there are none."""
-    spec = spec.strip()
+def select_tasks(env: Any, spec: str | int | Path) -> list[Task]:
+    """The tasks named by `spec` for environment `env`; UserError when there are none.
+
+    `env` is an environment object or its registered name (`"household"`, `"tau-retail"`...);
+    `spec` is a count (`3` or `"3"`), a range `"A-B"`, or a JSON/JSONL file of tasks.
+    """
+    if isinstance(env, str):
+        from trajforge.envs import ENVIRONMENTS
+
+        env = ENVIRONMENTS.get(env)()
+    if not isinstance(getattr(env, "name", None), str):
+        raise UserError(
+            f"select_tasks expects an environment or its name, got {type(env).__name__}"
+        )
+    if isinstance(spec, bool) or not isinstance(spec, str | int | Path):
+        raise UserError(f"select_tasks expects a count, 'A-B' or a file, got {spec!r}")
+    spec = str(spec).strip()
     if re.fullmatch(r"\d+", spec):
         tasks = _generated(env, int(spec))
     elif match := re.fullmatch(r"(\d+)-(\d+)", spec):
