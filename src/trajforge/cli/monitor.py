@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, TypeVar
@@ -68,13 +69,14 @@ def _runs(db, harness, agent_model, env, task, limit, progress=None) -> list[Run
     """Featurized runs of the filter; advances a "reading runs" bar when `progress` is given."""
     from trajforge.monitor import featurize_runs
 
-    flt = make_filter(harness, agent_model, env, task, None, limit)
+    flt = make_filter(harness, agent_model, env, task, None, None)  # --limit counts usable runs
     with open_store(db) as store:
         trajs = store.query(flt)
         if progress is not None:
             bar = progress.add_task("reading runs", total=store.count(flt))
             trajs = _advancing(trajs, progress, bar)
-        runs = featurize_runs(trajs)
+        usable = (run for traj in trajs for run in featurize_runs([traj]))
+        runs = list(itertools.islice(usable, limit))
     if not runs:
         raise UserError("no stored runs with a known outcome match the filters")
     return runs
@@ -304,7 +306,7 @@ def judge_command(
 
     config = OpenAIModelConfig(base_url=base_url, model=llm_model, api_key=api_key)
     judge = PrefixJudge(OpenAICompatibleModel(config))
-    going = runs_going(_stored(db, harness, agent_model, env, task, limit), step)
+    going = runs_going(_stored(db, harness, agent_model, env, task, None), step)[:limit]
     with progress_bar(json_out) as progress:
         bar = progress.add_task(f"judging step {step}", total=len(going))
         summary = judge_at_step(judge, going, step, workers, lambda: progress.advance(bar))

@@ -16,8 +16,8 @@ from collections.abc import Callable, Sequence
 
 from pydantic import BaseModel, Field
 
-from trajforge.agents.base import USER_STOP, EpisodeState, Policy, UserSimulator
-from trajforge.envs.base import Environment
+from trajforge.agents.base import EpisodeState, Policy, UserSimulator
+from trajforge.envs.base import USER_STOP, Environment
 from trajforge.errors import EpisodeEnd
 from trajforge.schema import Fault, Message, Outcome, Source, Task, ToolCall, Trajectory, Usage
 

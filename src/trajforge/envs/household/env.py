@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 from pydantic import BaseModel, Field
 
-from trajforge.envs.base import StepResult
+from trajforge.envs.base import EnvironmentBase, StepResult
 from trajforge.envs.household import oracle
 from trajforge.envs.household.tools import TOOL_NAMES, TOOLS
 from trajforge.envs.household.world import FLAG, Goal, Layout, State, generate_world, goal_met
@@ -62,7 +62,7 @@ def task_for(world_seed: int, difficulty: int) -> Task:
     )
 
 
-class HouseholdEnv:
+class HouseholdEnv(EnvironmentBase):
     """See module docstring. Implements Environment, Oracle, TaskSet and a distractor."""
 
     name = NAME
