@@ -149,6 +149,19 @@ def _run(db, flt, make_localizer, json_out) -> None:
         f"{len(diagnoses)} failed runs diagnosed; {verified} corrections verified on the first "
         f"proposal ({verified / len(diagnoses):.1%})"
     )
+    _print_failed_calls(diagnoses)
+
+
+def _print_failed_calls(diagnoses: list[Diagnosis]) -> None:
+    failed = [d for d in diagnoses if d.details.get("failed_call")]
+    if not failed:
+        return
+    console.print(
+        f"[yellow]{len(failed)} of {len(diagnoses)} runs got no diagnosis: the model call failed "
+        "after retries (stored with the reason):"
+    )
+    for d in failed:
+        console.print(f"  {d.trajectory_id}: {d.details['failed_call']}", markup=False)
 
 
 def diagnoses_table(diagnoses: list[Diagnosis]) -> Table:

@@ -317,6 +317,11 @@ def judge_command(
         f"judge {summary['judge']} at step {step}: {summary['runs']} runs "
         f"({summary['failed']} failed), AUROC {summary['auroc']}, AUPRC {summary['auprc']}"
     )
+    if summary["failed_calls"]:
+        console.print(
+            f"[yellow]{summary['failed_calls']} runs not judged: the model call failed after "
+            "retries (--json lists the reasons)"
+        )
 
 
 app.command("train")(guarded(train_command))

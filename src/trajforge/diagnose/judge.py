@@ -23,7 +23,6 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-import openai
 import orjson
 from pydantic import BaseModel, Field
 
@@ -31,9 +30,9 @@ from trajforge.diagnose.evidence import speaker
 from trajforge.diagnose.model import Correction, Diagnosis, Evidence
 from trajforge.diagnose.taxonomy import CATEGORIES, taxonomy_text
 from trajforge.diagnose.validation import Finding, render, validation_log
-from trajforge.errors import UserError
 from trajforge.generate.views import transcript
 from trajforge.models.base import ChatModel
+from trajforge.models.retry import Asked, ask_parsed
 from trajforge.models.structured import function_answer
 from trajforge.schema import Message, ToolCall, Trajectory
 
@@ -138,7 +137,10 @@ class LLMJudge:
         if self.config.mode == "step-by-step":
             return self._step_by_step(traj, findings)
         upto = len(traj.messages)
-        report = self._ask(traj, upto, "Which message is the decisive error?", findings)
+        asked = self._ask(traj, upto, "Which message is the decisive error?", findings)
+        if asked.failure:
+            return failed_call(traj, asked.failure, self.model.name)
+        report = asked.value
         invalid = self._invalid(traj, report, findings, upto)
         if invalid:
             return _invalid_answer(traj, report, invalid, self.model.name)
@@ -159,12 +161,17 @@ class LLMJudge:
     def _step_by_step(self, traj: Trajectory, findings: list[Finding] | None) -> Diagnosis | None:
         steps = [i for i, m in enumerate(traj.messages) if m.role == "assistant"]
         rejected: list[dict[str, Any]] = []
+        failures: list[str] = []
         for index in steps[: self.config.max_steps]:
             question = (
                 f"Is message {index} (the last one) the decisive error? Set error=true and "
                 f"step={index} if it is, error=false otherwise."
             )
-            report = self._ask(traj, index + 1, question, findings)
+            asked = self._ask(traj, index + 1, question, findings)
+            if asked.failure:
+                failures.append(f"step {index}: {asked.failure}")
+                continue
+            report = asked.value
             if not (report and report.get("error") is True):
                 continue
             invalid = self._invalid(traj, report, findings, index + 1)
@@ -174,12 +181,15 @@ class LLMJudge:
             report["step"] = index
             found = to_diagnosis(traj, report, self.model.name, findings)
             found.details["rejected_answers"] = rejected
+            found.details["failed_calls"] = failures
             return found
+        if failures:
+            return failed_call(traj, "; ".join(failures), self.model.name)
         return None
 
     def _ask(
         self, traj: Trajectory, upto: int, question: str, findings: list[Finding] | None
-    ) -> dict[str, Any] | None:
+    ) -> Asked[dict[str, Any]]:
         evidence = ""
         if findings is not None:
             evidence = (
@@ -193,11 +203,7 @@ class LLMJudge:
         )
         messages = [Message(role="system", content=SYSTEM), Message(role="user", content=prompt)]
         tool = report_tool(findings is not None)
-        try:
-            reply = self.model.complete(messages, [tool])
-        except (openai.APIConnectionError, openai.APIStatusError) as exc:
-            raise UserError(f"LLM judge '{self.model.name}' failed: {exc}") from None
-        return parse_report(reply.message)
+        return ask_parsed(self.model, messages, [tool], parse_report)
 
 
 def citation_problem(report: dict[str, Any], shown: list[Finding], traj: Trajectory) -> str | None:
@@ -218,6 +224,17 @@ def citation_problem(report: dict[str, Any], shown: list[Finding], traj: Traject
         if isinstance(index, int) and not 0 <= index < len(traj.messages):
             return f"cites message {index}, which is not in the run"
     return None
+
+
+def failed_call(traj: Trajectory, why: str, judge: str) -> Diagnosis:
+    """The record of a run the model could not diagnose: no step, the reason, and a flag."""
+    return Diagnosis(
+        trajectory_id=traj.id,
+        method="llm",
+        step=None,
+        explanation=f"judge {judge}: no diagnosis: {why}",
+        details={"judge": judge, "failed_call": why},
+    )
 
 
 def _invalid_answer(
