@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from trajforge.diagnose.heuristics import localize_heuristic
-from trajforge.diagnose.model import Diagnosis
+from trajforge.diagnose.model import Diagnosis, no_decisive_error
 from trajforge.registry import Registry
 from trajforge.schema import Trajectory
 
@@ -67,7 +67,7 @@ class AutoLocalizer:
         from trajforge.diagnose.forking import forkable
 
         chosen = self.counterfactual if forkable(traj) else self.heuristic
-        return chosen.localize(traj)
+        return chosen.localize(traj) or no_decisive_error(traj.id, chosen.name)
 
 
 LOCALIZERS: Registry[type] = Registry("diagnosis method")
