@@ -57,7 +57,6 @@ ALLOWED_CYCLE_EDGES: set[tuple[str, str]] = {
 }
 ALLOWED_FORBIDDEN: set[tuple[str, str]] = set()
 ALLOWED_SQL: set[str] = {
-    "trajforge.diagnose.storage",
     "trajforge.proxy.recorder",
 }
 
