@@ -97,3 +97,18 @@ def test_synthesize_train_eval_from_the_command_line(tmp_path: Path) -> None:
     used = runner.invoke(app, ["diagnose", "--db", db, "--model-file", model, "--json"])
     assert used.exit_code == 0, used.output
     assert {d["method"] for d in orjson.loads(used.stdout)} == {"trained"}
+
+
+def test_calibrated_ranker_abstains_below_its_tuned_threshold(household) -> None:
+    from trajforge.diagnose.calibrated import calibrated_trained
+
+    fitted = calibrated_trained().fit(household[:60])
+    found = [fitted.localize(t) for t in household[60:]]
+    assert all(d is not None and d.confidence is not None for d in found)
+    abstained = [d for d in found if d.abstained]
+    kept = [d for d in found if not d.abstained]
+    assert kept and all(d.method == "trained" for d in kept)
+    assert all(
+        d.method == "calibrated" and d.details["abstained_from"] == "trained" for d in abstained
+    )
+    assert all(d.confidence >= d.details["threshold"] for d in kept)  # type: ignore[operator]

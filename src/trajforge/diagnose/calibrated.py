@@ -21,18 +21,28 @@ from trajforge.diagnose.eval import reference_label
 from trajforge.diagnose.localize import Localizer
 from trajforge.diagnose.model import Diagnosis
 from trajforge.diagnose.prior import ALL_FORMATS, NOT_FITTED, PriorLocalizer
+from trajforge.diagnose.trained import RankerTrainer, TrainedLocalizer
 from trajforge.errors import UserError
 from trajforge.schema import Trajectory
 
 MIN_RUNS = 3
+INNER_FOLDS = 3
 ANY = "*"
 
 
+CONFIDENCE_BINS = (0.2, 0.4, 0.6, 0.8)
+
+
 def answer_kind(diagnosis: Diagnosis | None) -> str:
-    """The cell an answer is calibrated in: its detector, else its category."""
+    """The cell an answer is calibrated in: its detector (else its category), and the bin of
+    its own confidence when the method gives one."""
     if diagnosis is None or diagnosis.step is None:
         return "none"
-    return str(diagnosis.details.get("detector") or diagnosis.category or "any")
+    kind = str(diagnosis.details.get("detector") or diagnosis.category or "any")
+    if diagnosis.confidence is None:
+        return kind
+    level = sum(diagnosis.confidence >= edge for edge in CONFIDENCE_BINS)
+    return f"{kind}@{level}"
 
 
 class CalibratedLocalizer:
@@ -55,12 +65,17 @@ class CalibratedLocalizer:
         self.rates = rates or {}
         self.tuned_on = frozenset(getattr(base, "tuned_on", frozenset()))
         self.tuned_tasks = frozenset(getattr(base, "tuned_tasks", frozenset()))
+        if isinstance(base, RankerTrainer | TrainedLocalizer):
+            # its tuned parts are refitted with ours: nothing hand-tuned to declare
+            self.tuned_on, self.tuned_tasks = frozenset(), frozenset()
+            self.name = "calibrated-trained"
 
     def fit(self, runs: list[Trajectory]) -> CalibratedLocalizer:
         labelled = [t for t in runs if reference_label(t) is not None]
+        answers, base = self._tuning_answers(labelled)
         counts: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])
         for traj in labelled:
-            found = self.base.localize(traj)
+            found = answers.get(traj.id)
             label = reference_label(traj)
             hit = int(found is not None and label is not None and found.step == label.message_index)
             kind = answer_kind(found)
@@ -68,7 +83,26 @@ class CalibratedLocalizer:
                 counts[cell][0] += hit
                 counts[cell][1] += 1
         rates = {cell: (h, n) for cell, (h, n) in counts.items()}
-        return CalibratedLocalizer(self.base, self.prior.fit(labelled), rates)
+        return CalibratedLocalizer(base, self.prior.fit(labelled), rates)
+
+    def _tuning_answers(self, labelled: list[Trajectory]) -> tuple[dict, Localizer]:
+        """The base's answers on the tuning runs, and the base to use afterwards. A fittable
+        base answers each tuning run from a fit on the other task folds (its answers on its
+        own training runs would overstate it), then is fitted on all tuning runs."""
+        from trajforge.diagnose.holdout import Fittable, task_key
+
+        if not isinstance(self.base, Fittable):
+            return {t.id: self.base.localize(t) for t in labelled}, self.base
+        tasks = sorted({task_key(t) for t in labelled})
+        answers = {}
+        for fold in range(INNER_FOLDS):
+            held = set(tasks[fold::INNER_FOLDS])
+            rest = [t for t in labelled if task_key(t) not in held]
+            if not held or not rest:
+                continue
+            inner = self.base.fit(rest)
+            answers |= {t.id: inner.localize(t) for t in labelled if task_key(t) in held}
+        return answers, self.base.fit(labelled)
 
     def confidence(self, traj: Trajectory, found: Diagnosis | None) -> float:
         kind = answer_kind(found)
@@ -107,3 +141,8 @@ class CalibratedLocalizer:
             "threshold": round(threshold, 4),
         }
         return fallback
+
+
+def calibrated_trained() -> CalibratedLocalizer:
+    """The calibrated diagnoser over the trained step ranker (`--method calibrated-trained`)."""
+    return CalibratedLocalizer(base=RankerTrainer())
