@@ -240,7 +240,7 @@ def to_diagnosis(
 ) -> Diagnosis:
     """A diagnosis from the judge's answer; an unusable answer gives step None and why."""
     step = report.get("step") if report else None
-    if not isinstance(step, int) or not 0 <= step < len(traj.messages):
+    if report is None or not isinstance(step, int) or not 0 <= step < len(traj.messages):
         why = "no structured answer" if report is None else f"step {step!r} is not in the run"
         return Diagnosis(
             trajectory_id=traj.id,

@@ -106,7 +106,8 @@ def step_features(traj: Trajectory) -> tuple[list[int], np.ndarray]:
     seen_calls: dict[str, int] = {}
     seen_tools: set[str] = set()
     seen_speakers: set[str] = set()
-    errors = writes = 0
+    errors: float = 0
+    writes = 0
     remaining = list(gold or [])
     rows = []
     for rank, index in enumerate(steps):

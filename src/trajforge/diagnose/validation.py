@@ -110,7 +110,9 @@ def _policy_violations(traj: Trajectory) -> list[tuple[str, int, str]]:
 
 
 def _repeats(traj: Trajectory) -> list[tuple[str, int, str]]:
-    found, seen_calls, seen_texts = [], {}, {}
+    found: list[tuple[str, int, str]] = []
+    seen_calls: dict[str, int] = {}
+    seen_texts: dict[str, int] = {}
     for index, call, _ in calls_with_results(traj):
         key = f"{call.name}:{canonical_arguments(call.arguments)}"
         if key in seen_calls:

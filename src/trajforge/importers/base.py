@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import gzip
+import io
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import IO, Protocol
+from typing import Protocol
 
 import orjson
 from pydantic import ValidationError
@@ -36,7 +37,7 @@ class Importer(Protocol):
     def sidecars(self, path: Path) -> list[Path]: ...
 
 
-def open_binary(path: Path) -> IO[bytes]:
+def open_binary(path: Path) -> io.BufferedIOBase:
     """Open a file for reading bytes, decompressing `.gz` transparently."""
     if path.suffix == ".gz":
         return gzip.open(path, "rb")
