@@ -235,9 +235,8 @@ def _holdout_config(split, folds, seed, bootstrap, never_tune):
         raise UserError(f"--split must be task or dataset, got '{split}'")
     if folds < 2:
         raise UserError(f"--folds must be at least 2, got {folds}")
-    return HoldoutConfig(
-        split=split, folds=folds, seed=seed, bootstrap=bootstrap, never_tune=set(never_tune or [])
-    )
+    never = frozenset(never_tune or [])
+    return HoldoutConfig(split=split, folds=folds, seed=seed, bootstrap=bootstrap, never_tune=never)
 
 
 def _eval(db, flt, make_localizer, make_config, fresh, json_out) -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
@@ -80,7 +80,7 @@ def train_command(
     runs = _runs(db, harness, agent_model, env, task, limit)
     trained: Detector = DETECTORS.get(detector)()
     trained.fit(runs)
-    info = {"runs": len(runs), "failed": sum(r.failed for r in runs)}
+    info: dict[str, Any] = {"runs": len(runs), "failed": sum(r.failed for r in runs)}
     info["trained_groups"] = sorted({r.group for r in runs})
     info |= _learned_info(trained)
     save_detector(trained, out, info)
@@ -92,9 +92,12 @@ def train_command(
     console.print(f"stop thresholds by loss: {trained.thresholds}")
 
 
-def _learned_info(detector: Detector) -> dict:
-    kind = getattr(detector, "kind", None)
-    return {"estimator": kind, "inner_auroc": detector.inner_auroc} if kind else {}
+def _learned_info(detector: Detector) -> dict[str, Any]:
+    from trajforge.monitor.detectors import LearnedDetector
+
+    if not isinstance(detector, LearnedDetector) or detector.kind is None:
+        return {}
+    return {"estimator": detector.kind, "inner_auroc": detector.inner_auroc}
 
 
 def eval_command(

@@ -65,28 +65,31 @@ def _to_trajectory(data: dict[str, Any], path: Path) -> Trajectory:
     messages = message_list(data["messages"], "messages")
     calls = _llm_calls(messages)
     config = info.get("config") or {}
-    return Trajectory(
-        task=Task(
-            id=instance,
-            environment="swe-bench",
-            instruction=_instruction(messages),
-            data={"submission": info.get("submission")},
-        ),
-        source=Source(
-            harness="mini-swe-agent",
-            model=(config.get("model") or {}).get("model_name"),
-            run=path.parent.parent.parent.name if path.parent.parent.name == "trajs" else None,
-            file=str(path),
-            format="mini-swe-agent",
-        ),
-        messages=messages,
-        outcome=_outcome(path, instance, info),
-        usage=_total_usage(calls, info),
-        llm_calls=calls,
-        metadata={
-            "trajectory_format": data.get("trajectory_format"),
-            "mini_version": info.get("mini_version"),
-        },
+    # the messages are raw fields: pydantic validates them once, with the trajectory
+    return Trajectory.model_validate(
+        dict(
+            task=Task(
+                id=instance,
+                environment="swe-bench",
+                instruction=_instruction(messages),
+                data={"submission": info.get("submission")},
+            ),
+            source=Source(
+                harness="mini-swe-agent",
+                model=(config.get("model") or {}).get("model_name"),
+                run=path.parent.parent.parent.name if path.parent.parent.name == "trajs" else None,
+                file=str(path),
+                format="mini-swe-agent",
+            ),
+            messages=messages,
+            outcome=_outcome(path, instance, info),
+            usage=_total_usage(calls, info),
+            llm_calls=calls,
+            metadata={
+                "trajectory_format": data.get("trajectory_format"),
+                "mini_version": info.get("mini_version"),
+            },
+        )
     )
 
 

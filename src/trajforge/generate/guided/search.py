@@ -17,7 +17,7 @@ unguided.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Literal
+from typing import Literal, get_args
 
 from pydantic import BaseModel, Field
 
@@ -52,7 +52,7 @@ class RecoverConfig(BaseModel):
         default_factory=lambda: list(SOURCES), description="Guidance sources, in this order."
     )
     starts: list[StartMode] = Field(
-        default_factory=lambda: ["decisive", "start"],
+        default_factory=lambda: list(get_args(StartMode)),
         description="Where the teacher starts: the decisive message, or the task's start.",
     )
     llm_rounds: int = Field(default=3, ge=1, description="Rounds of LLM guidance (K).")
