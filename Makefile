@@ -18,12 +18,17 @@ demo: $(STAMP)
 	$(VENV)/bin/python -m trajforge.demo
 
 # The swe environment sandboxes commands with bubblewrap; install it where we can (root with
-# apt-get), otherwise the sandbox falls back to unshare and says so.
+# apt-get), otherwise the sandbox falls back to unshare and says so. The web UI's browser tests
+# drive Debian's headless chromium through its chromedriver (never a downloaded browser).
 system-deps:
 	@command -v bwrap >/dev/null || { \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	    apt-get update -qq && apt-get install -y -qq bubblewrap >/dev/null; \
 	  else echo "note: bubblewrap not found; install it for the swe sandbox (apt-get install bubblewrap)"; fi; }
+	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    apt-get update -qq && apt-get install -y -qq chromium chromium-driver >/dev/null; \
+	  else echo "note: chromium not found; the UI browser tests need it (apt-get install chromium chromium-driver)"; fi; }
 
 test: $(STAMP) system-deps
 	$(VENV)/bin/ruff check src tests bench

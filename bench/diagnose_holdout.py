@@ -5,7 +5,8 @@ ranker before/after on held-out synthetic failures, and across environments.
 
 Datasets: Who&When algorithm-generated (126 runs, human labels), the Who&When hand-crafted
 sample (3 runs; scored, never used for tuning), and noisy-expert failures in household,
-tau-retail and tau-airline labelled with their counterfactual decisive step. Methods with
+tau-retail, tau-airline, tau2-retail and tau2-airline labelled with their counterfactual
+decisive step. Methods with
 tuned parts are refitted per fold (`trajforge.diagnose.holdout`); the heuristic is
 hand-tuned on Who&When algorithm-generated and labelled in-sample there.
 """
@@ -33,7 +34,13 @@ from trajforge.importers.who_and_when import WhoAndWhenImporter
 from trajforge.schema import Trajectory
 
 HAND = "who-and-when/hand-crafted"
-SYNTHETIC = {"household": (150, 0.3), "tau-retail": (80, 0.2), "tau-airline": (80, 0.2)}
+SYNTHETIC = {
+    "household": (150, 0.3),
+    "tau-retail": (80, 0.2),
+    "tau-airline": (80, 0.2),
+    "tau2-retail": (60, 0.2),
+    "tau2-airline": (60, 0.2),
+}
 
 
 def who_and_when(folder: Path) -> list[Trajectory]:

@@ -34,6 +34,7 @@ def test_demo_imports_sample_and_reports(tmp_path: Path, monkeypatch: pytest.Mon
     assert (stats["total"], stats["successes"]) == (34, 15)
     text = console.file.getvalue()
     assert "1. Import the bundled real trajectories" in text and "by environment" in text
+    assert text.rstrip().endswith(f"trajforge ui --db {tmp_path / 'trajforge.db'}")
     again = demo.run(tmp_path, quiet_console())
     assert again.results["stats"]["total"] == 34, "each run starts from a fresh store"
 

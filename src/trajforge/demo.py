@@ -101,7 +101,16 @@ def run(out_dir: Path = DEFAULT_OUT, console: Console | None = None) -> DemoCont
             console.rule(f"[bold]{number}. {title}")
             resolve(step)(ctx)
     console.print(f"\nstore: {db} — explore it with `trajforge ls --db {db}`")
+    console.print(f"open it in the browser: {ui_command(ctx)}", markup=False, soft_wrap=True)
     return ctx
+
+
+def ui_command(ctx: DemoContext) -> str:
+    """The command that serves the web UI on the demo store (with the demo's monitor model
+    when its step made one)."""
+    command = f"trajforge ui --db {ctx.out_dir / 'trajforge.db'}"
+    model = (ctx.results.get("monitor") or {}).get("model")
+    return command + (f" --monitor {model}" if model else "")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -96,3 +96,17 @@ def test_agent_names_match_across_who_and_when_conventions() -> None:
     assert agent_key("Computer_terminal") == "computerterminal"
     assert not same_agent("WebSurfer", "Orchestrator") and not same_agent(None, "x")
     assert dataset_of(_run("x", 1, "a", run="Hand-Crafted-sample")).endswith("hand-crafted")
+
+
+def test_calibrated_abstains_on_a_log_format_it_was_not_tuned_on() -> None:
+    fitted = CalibratedLocalizer(base=FixedStep()).fit(
+        [_run(f"b{i}", 2, "Coder") for i in range(8)]
+    )
+    other = Trajectory(
+        task=Task(id="x", environment="household"),
+        messages=[Message(role="user", content="go")]
+        + [Message(role="assistant", content=f"step {i}") for i in range(5)],
+        labels=[Label(message_index=2, source="oracle")],
+    ).with_id()
+    found = fitted.localize(other)
+    assert found is not None and found.abstained and found.details["base_confidence"] == 0.0

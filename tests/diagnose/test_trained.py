@@ -96,7 +96,10 @@ def test_synthesize_train_eval_from_the_command_line(tmp_path: Path) -> None:
     assert item["sample"] == "out-of-sample" and item["scores"]["exact"]["n"] >= 25
     used = runner.invoke(app, ["diagnose", "--db", db, "--model-file", model, "--json"])
     assert used.exit_code == 0, used.output
-    assert {d["method"] for d in orjson.loads(used.stdout)} == {"trained"}
+    listed = orjson.loads(used.stdout)
+    assert {d["method"] for d in listed} <= {"trained", "calibrated"}  # calibrated: abstained
+    assert all(d["confidence"] is not None for d in listed)
+    assert orjson.loads(Path(model).read_bytes())["calibration"]["priors"]
 
 
 def test_calibrated_ranker_abstains_below_its_tuned_threshold(household) -> None:

@@ -80,13 +80,13 @@ def _localizer(
     from trajforge.diagnose.run import make_localizer
 
     if model_file is not None:
-        from trajforge.diagnose.trained import TrainedLocalizer, load_ranker
+        from trajforge.diagnose.calibrated import load_diagnoser
 
-        if method not in ("trained", "heuristic"):
+        if method not in ("trained", "calibrated-trained", "heuristic"):
             raise UserError(
                 f"--model-file holds a trained diagnoser; --method {method} cannot use it"
             )
-        return TrainedLocalizer(load_ranker(model_file))
+        return load_diagnoser(model_file)
     if method != "llm":
         return make_localizer(method)
     if mode not in JUDGE_MODES:
@@ -282,7 +282,12 @@ def _pct(metric: dict) -> str:
 
 @app.command("synthesize")
 def synthesize_command(
-    env: Annotated[str, typer.Option("--env", help="tau-retail, tau-airline or household.")],
+    env: Annotated[
+        str,
+        typer.Option(
+            "--env", help="tau-retail, tau-airline, tau2-retail, tau2-airline, household."
+        ),
+    ],
     db: DbOption = None,
     failures: Annotated[int, typer.Option("--failures", help="Failed runs wanted.")] = 50,
     error_rate: Annotated[
@@ -327,21 +332,32 @@ def train_command(
     task: TaskOption = None,
     limit: LimitOption = None,
     ids: IdsOption = None,
+    calibrate: Annotated[
+        bool,
+        typer.Option(
+            "--calibrate/--no-calibrate",
+            help="Also calibrate its confidence and the fallback prior (calibrated-trained).",
+        ),
+    ] = True,
     json_out: JsonOption = False,
 ) -> None:
     """Train the step-ranking diagnoser on the labelled failed runs matching the filters.
 
     The model file records the datasets and tasks it was trained on: `diagnose eval
-    --model-file` scores those as in-sample, apart from the rest.
+    --model-file` scores those as in-sample, apart from the rest. With --calibrate (default)
+    it abstains to the calibrated prior below the confidence chosen on the training runs.
     """
-    guarded(_train)(db, make_filter(harness, model, env, task, None, limit, ids), out, json_out)
+    flt = make_filter(harness, model, env, task, None, limit, ids)
+    guarded(_train)(db, flt, out, calibrate, json_out)
 
 
-def _train(db, flt, out, json_out) -> None:
-    from trajforge.diagnose.trained import save_ranker, train_from_store
+def _train(db, flt, out, calibrate, json_out) -> None:
+    from trajforge.diagnose.calibrated import calibrated_trained, with_calibration
+    from trajforge.diagnose.trained import fit_ranker, labelled_failures, save_ranker
 
     with open_store(db) as store:
-        trained = train_from_store(store, flt)
+        runs = labelled_failures(store, flt)
+    trained = with_calibration(calibrated_trained().fit(runs)) if calibrate else fit_ranker(runs)
     save_ranker(trained, out)
     summary = {"model_file": str(out), "runs": trained.runs, "trained_on": trained.trained_on}
     if json_out:

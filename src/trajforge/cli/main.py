@@ -28,6 +28,7 @@ COMMANDS = {
     "rft": "trajforge.cli.rollout:rft_command",
     "robustness": "trajforge.cli.rollout:robustness_command",
     "recover": "trajforge.cli.recover:recover_command",
+    "ui": "trajforge.cli.ui:ui_command",
 }
 
 

@@ -6,7 +6,9 @@ Fitting (on labelled tuning runs only):
 - the base localizer runs on every tuning run; each answer falls in a cell (log format, the
   detector or category that produced it) and the cell's exact-hit rate on the tuning runs is
   the confidence of later answers from it. Cells with fewer than `MIN_RUNS` tuning runs use
-  the detector's rate over all formats, then the base method's overall rate;
+  the detector's rate over all formats, then the base method's rate on the format. A log
+  format with fewer than `MIN_RUNS` tuning runs gets confidence 0: its answers cannot be
+  calibrated, so the diagnoser abstains there;
 - the threshold of each format is the prior's own exact-hit rate there: below it the base
   answer is expected to do worse than the prior, so the diagnoser abstains and answers with
   the prior (`abstained: true`).
@@ -15,13 +17,14 @@ Fitting (on labelled tuning runs only):
 from __future__ import annotations
 
 from collections import defaultdict
+from pathlib import Path
 
 from trajforge.diagnose.datasets import log_format
 from trajforge.diagnose.eval import reference_label
 from trajforge.diagnose.localize import Localizer
 from trajforge.diagnose.model import Diagnosis
-from trajforge.diagnose.prior import ALL_FORMATS, NOT_FITTED, PriorLocalizer
-from trajforge.diagnose.trained import RankerTrainer, TrainedLocalizer
+from trajforge.diagnose.prior import ALL_FORMATS, NOT_FITTED, FormatPrior, PriorLocalizer
+from trajforge.diagnose.trained import RankerModel, RankerTrainer, TrainedLocalizer, load_ranker
 from trajforge.errors import UserError
 from trajforge.schema import Trajectory
 
@@ -65,9 +68,10 @@ class CalibratedLocalizer:
         self.rates = rates or {}
         self.tuned_on = frozenset(getattr(base, "tuned_on", frozenset()))
         self.tuned_tasks = frozenset(getattr(base, "tuned_tasks", frozenset()))
-        if isinstance(base, RankerTrainer | TrainedLocalizer):
+        if isinstance(base, RankerTrainer):
             # its tuned parts are refitted with ours: nothing hand-tuned to declare
             self.tuned_on, self.tuned_tasks = frozenset(), frozenset()
+        if isinstance(base, RankerTrainer | TrainedLocalizer):
             self.name = "calibrated-trained"
 
     def fit(self, runs: list[Trajectory]) -> CalibratedLocalizer:
@@ -79,7 +83,7 @@ class CalibratedLocalizer:
             label = reference_label(traj)
             hit = int(found is not None and label is not None and found.step == label.message_index)
             kind = answer_kind(found)
-            for cell in ((log_format(traj), kind), (ANY, kind), (ANY, ANY)):
+            for cell in ((log_format(traj), kind), (log_format(traj), ANY), (ANY, kind)):
                 counts[cell][0] += hit
                 counts[cell][1] += 1
         rates = {cell: (h, n) for cell, (h, n) in counts.items()}
@@ -105,8 +109,12 @@ class CalibratedLocalizer:
         return answers, self.base.fit(labelled)
 
     def confidence(self, traj: Trajectory, found: Diagnosis | None) -> float:
-        kind = answer_kind(found)
-        for cell in ((log_format(traj), kind), (ANY, kind), (ANY, ANY)):
+        """The tuning exact-hit rate of answers like `found`; 0 for a log format with fewer
+        than MIN_RUNS tuning runs (nothing to calibrate on: the diagnoser abstains)."""
+        fmt, kind = log_format(traj), answer_kind(found)
+        if self.rates.get((fmt, ANY), (0, 0))[1] < MIN_RUNS:
+            return 0.0
+        for cell in ((fmt, kind), (ANY, kind), (fmt, ANY)):
             hits, n = self.rates.get(cell, (0, 0))
             if n >= MIN_RUNS:
                 return hits / n
@@ -146,3 +154,43 @@ class CalibratedLocalizer:
 def calibrated_trained() -> CalibratedLocalizer:
     """The calibrated diagnoser over the trained step ranker (`--method calibrated-trained`)."""
     return CalibratedLocalizer(base=RankerTrainer())
+
+
+def with_calibration(fitted: CalibratedLocalizer) -> RankerModel:
+    """The model file of a fitted calibrated-trained diagnoser: its ranker plus calibration."""
+    if not isinstance(fitted.base, TrainedLocalizer):
+        raise UserError("only a calibrated diagnoser over the trained ranker can be saved")
+    priors = {name: prior.to_json() for name, prior in fitted.prior.priors.items()}
+    rates = [[fmt, kind, hits, n] for (fmt, kind), (hits, n) in fitted.rates.items()]
+    return fitted.base.model.model_copy(update={"calibration": {"priors": priors, "rates": rates}})
+
+
+def load_diagnoser(path: str | Path) -> Localizer:
+    """The diagnoser in a model file: the ranker, under its calibration when it has one."""
+    model = load_ranker(path)
+    base = TrainedLocalizer(model)
+    if model.calibration is None:
+        return base
+    try:
+        priors = {k: FormatPrior.from_json(v) for k, v in model.calibration["priors"].items()}
+        rates = {(f, k): (h, n) for f, k, h, n in model.calibration["rates"]}
+    except (KeyError, TypeError, ValueError) as exc:
+        raise UserError(f"{path}: calibration is damaged ({exc!r}); retrain it") from None
+    return SavedDiagnoser(CalibratedLocalizer(base, PriorLocalizer(priors), rates))
+
+
+class SavedDiagnoser:
+    """A diagnoser loaded from a model file: used as saved, never refitted; its training
+    datasets and tasks are declared, so evaluation labels them in-sample."""
+
+    def __init__(self, inner: CalibratedLocalizer) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.tuned_on = inner.tuned_on
+        self.tuned_tasks = inner.tuned_tasks
+
+    def check(self, traj: Trajectory) -> None:
+        self.inner.check(traj)
+
+    def localize(self, traj: Trajectory) -> Diagnosis | None:
+        return self.inner.localize(traj)

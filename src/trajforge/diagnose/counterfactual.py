@@ -160,6 +160,7 @@ def _decisive(env: Environment, traj: Trajectory, index: int, values: dict[int, 
         trajectory_id=traj.id,
         method="counterfactual",
         step=index,
+        confidence=1.0,
         agent=message.name or "assistant",
         category=category,  # type: ignore[arg-type]
         explanation=f"{why}. The expert succeeds from every earlier agent step but not from "
@@ -193,6 +194,7 @@ def _omission(env: Environment, traj: Trajectory, last: int, values: dict[int, b
         trajectory_id=traj.id,
         method="counterfactual",
         step=last,
+        confidence=1.0,
         agent=traj.messages[last].name or "assistant",
         category="premature_termination",
         explanation=f"the expert still succeeds after every agent message, so no action broke "

@@ -16,6 +16,7 @@ from collections import Counter
 
 from pydantic import BaseModel, Field
 
+from trajforge.diagnose.datasets import agent_key, same_agent
 from trajforge.diagnose.evidence import is_write
 from trajforge.diagnose.model import Diagnosis
 from trajforge.schema import Label, Trajectory
@@ -85,7 +86,8 @@ def evaluate(method: str, pairs: list[tuple[Trajectory, Diagnosis]]) -> EvalRepo
     steps = [label.message_index for _, label in scored]
     agents = [label.agent for _, label in scored if label.agent]
     constant_step = Counter(steps).most_common(1)[0][0] if steps else None
-    constant_agent = Counter(agents).most_common(1)[0][0] if agents else None
+    top = Counter(map(agent_key, agents)).most_common(1)[0][0] if agents else None
+    constant_agent = next((a for a in agents if agent_key(a) == top), None)
     n = len(scored)
 
     def near(predicted: int | None, truth: int | None, width: int) -> bool:
@@ -99,12 +101,14 @@ def evaluate(method: str, pairs: list[tuple[Trajectory, Diagnosis]]) -> EvalRepo
         exact=_share(sum(near(d.step, lb.message_index, 0) for d, lb in scored), n),
         within1=_share(sum(near(d.step, lb.message_index, 1) for d, lb in scored), n),
         within3=_share(sum(near(d.step, lb.message_index, 3) for d, lb in scored), n),
-        agent=_share(sum(d.agent == lb.agent for d, lb in scored if lb.agent), len(agents)),
+        agent=_share(
+            sum(same_agent(d.agent, lb.agent) for d, lb in scored if lb.agent), len(agents)
+        ),
         agent_runs=len(agents),
         baseline_exact=_share(sum(near(constant_step, s, 0) for s in steps), n),
         baseline_within1=_share(sum(near(constant_step, s, 1) for s in steps), n),
         baseline_within3=_share(sum(near(constant_step, s, 3) for s in steps), n),
-        baseline_agent=_share(sum(a == constant_agent for a in agents), len(agents)),
+        baseline_agent=_share(sum(same_agent(a, constant_agent) for a in agents), len(agents)),
         baseline_step=constant_step,
         baseline_agent_name=constant_agent,
         diagnosed=len(pairs),

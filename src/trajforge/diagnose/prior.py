@@ -29,8 +29,8 @@ from trajforge.schema import Trajectory
 ALL_FORMATS = "*"
 NOT_FITTED = (
     "method '{method}' is fitted on labelled runs: score it with `trajforge diagnose eval "
-    "--method {method}` (fitted per fold), or fit it with `trajforge diagnose train --method "
-    "{method} --out FILE` and diagnose with `--model-file FILE`"
+    "--method {method}` (fitted per fold); to diagnose new runs with a trained model, train "
+    "the step ranker with `trajforge diagnose train --out FILE` and pass `--model-file FILE`"
 )
 
 
@@ -53,6 +53,27 @@ class FormatPrior:
         if known:
             return min(known, key=lambda s: (-self.steps[s], s))
         return min(round(self.relative * (n - 1)), n - 1)
+
+    def to_json(self) -> dict:
+        return {
+            "steps": {str(k): v for k, v in self.steps.items()},
+            "relative": self.relative,
+            "agents": dict(self.agents),
+            "names": self.names,
+            "accuracy": self.accuracy,
+            "runs": self.runs,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict) -> FormatPrior:
+        return cls(
+            steps=Counter({int(k): v for k, v in data["steps"].items()}),
+            relative=data["relative"],
+            agents=Counter(data["agents"]),
+            names=data["names"],
+            accuracy=data["accuracy"],
+            runs=data["runs"],
+        )
 
     def agent_for(self, traj: Trajectory, step: int) -> str | None:
         present = {agent_key(speaker(m)) for m in traj.messages}

@@ -96,8 +96,25 @@ def _gold_writes(traj: Trajectory) -> list[str] | None:
     return [f"{a['name']}:{canonical_arguments(a['kwargs'])}" for a in gold if is_write(a["name"])]
 
 
+_CACHE: dict[tuple[str, int, int], tuple[list[int], np.ndarray]] = {}
+_CACHE_SIZE = 4096
+
+
 def step_features(traj: Trajectory) -> tuple[list[int], np.ndarray]:
-    """(candidate indices, one feature row per candidate)."""
+    """(candidate indices, one feature row per candidate). Cached by trajectory id (a
+    content hash), since fitting per fold reads the same runs many times."""
+    key = (traj.id, len(traj.messages), sum(len(m.text()) for m in traj.messages))
+    if traj.id and key in _CACHE:
+        return _CACHE[key]
+    computed = _compute(traj)
+    if traj.id:
+        if len(_CACHE) >= _CACHE_SIZE:
+            _CACHE.pop(next(iter(_CACHE)))
+        _CACHE[key] = computed
+    return computed
+
+
+def _compute(traj: Trajectory) -> tuple[list[int], np.ndarray]:
     steps = candidates(traj)
     calls = _call_results(traj)
     gold = _gold_writes(traj)

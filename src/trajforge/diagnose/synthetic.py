@@ -6,7 +6,8 @@ mistakes as labels. `counterfactual_labels` then replaces them by the one decisi
 the counterfactual oracle finds (the first step after which the expert can no longer
 succeed), so the label is the decisive step exactly, not merely a mistake.
 
-Environments: `tau-retail` and `tau-airline` (the bundled tasks, a scripted user), and
+Environments: `tau-retail`, `tau-airline` (the bundled tasks), `tau2-retail`,
+`tau2-airline` (tau2's tasks; all four with the scripted user), and
 `household` (generated tasks; the step limit is the oracle's shortest plan plus
 `step_slack`, so a run fails when its detours use up the slack).
 """
@@ -21,6 +22,7 @@ from trajforge.diagnose.counterfactual import EXTRA_STEPS, CounterfactualLocaliz
 from trajforge.diagnose.datasets import SYNTHETIC_MODEL
 from trajforge.envs import ENVIRONMENTS
 from trajforge.envs.base import Oracle, TaskSet
+from trajforge.envs.tau.env import TauEnv
 from trajforge.envs.tau.tasks import TauTaskSet
 from trajforge.errors import UserError
 from trajforge.rollout.episode import Limits, run_episode, start_trajectory
@@ -62,7 +64,7 @@ def noisy_run(
     env = ENVIRONMENTS.get(environment)()
     source = Source(harness="trajforge", model=SYNTHETIC_MODEL, run=f"synthetic-seed-{seed}")
     traj = start_trajectory(env, task, source)
-    if environment.startswith("tau-"):
+    if isinstance(env, TauEnv):
         env.bind_conversation(traj.messages)
         limits = Limits(max_steps=EXTRA_STEPS)
     else:

@@ -68,6 +68,11 @@ class RankerModel(BaseModel):
     trained_on: list[str] = Field(description="Datasets of the training runs.")
     trained_tasks: list[str] = Field(description="Task keys (dataset:task) of the training runs.")
     runs: int = Field(description="Training runs.")
+    calibration: dict | None = Field(
+        default=None,
+        description="calibrated-trained: the priors per log format and the exact-hit rates "
+        "of the ranker's confidence bins (see `trajforge.diagnose.calibrated`).",
+    )
     created_at: float = Field(default_factory=time.time, description="Unix time.")
 
 
@@ -232,13 +237,11 @@ def load_ranker(path: str | Path) -> RankerModel:
     return model
 
 
-def train_from_store(
-    store: Store, flt: TrajectoryFilter, config: RankerConfig | None = None
-) -> RankerModel:
-    """Fit the ranker on the labelled failed runs matching `flt`."""
+def labelled_failures(store: Store, flt: TrajectoryFilter) -> list[Trajectory]:
+    """The labelled failed runs matching `flt` (a clear error when there are none)."""
     from trajforge.diagnose.run import select_failures
 
     labelled = [t for t in select_failures(store, flt) if reference_label(t) is not None]
     if not labelled:
         raise UserError("no labelled failed runs match the filters; nothing to train on")
-    return fit_ranker(labelled, config)
+    return labelled

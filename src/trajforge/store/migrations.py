@@ -101,11 +101,108 @@ def m004_summary_columns_and_filter_indexes(db: sqlite3.Connection) -> None:
         db.execute(f"CREATE INDEX idx_trajectories_{name} ON trajectories({', '.join(columns)})")
 
 
+# The text a run is found by: task, messages (content, speaker, tool calls with arguments),
+# labels, faults, failed model calls and how the run ended. `{doc}` is the JSON document.
+_RUN_TEXT = """
+SELECT group_concat(part, char(10)) FROM (
+    SELECT json_extract({doc}, '$.task.id') AS part
+    UNION ALL SELECT json_extract({doc}, '$.task.instruction')
+    UNION ALL SELECT json_extract({doc}, '$.outcome.termination_reason')
+    UNION ALL SELECT p.atom FROM json_each({doc}, '$.messages') AS m,
+        json_tree(m.value, '$.content') AS p
+        WHERE p.type = 'text' AND (p.key IS NULL OR p.key = 'text')
+    UNION ALL SELECT json_extract(m.value, '$.name') FROM json_each({doc}, '$.messages') AS m
+    UNION ALL SELECT json_extract(c.value, '$.name') || ' ' || json_extract(c.value, '$.arguments')
+        FROM json_each({doc}, '$.messages') AS m, json_each(m.value, '$.tool_calls') AS c
+    UNION ALL SELECT coalesce(json_extract(x.value, '$.category'), '') || ' '
+            || coalesce(json_extract(x.value, '$.agent'), '') || ' '
+            || coalesce(json_extract(x.value, '$.reason'), '')
+        FROM json_each({doc}, '$.labels') AS x
+    UNION ALL SELECT json_extract(f.value, '$.kind') || ' '
+            || coalesce(json_extract(f.value, '$.tool'), '') || ' '
+            || coalesce(json_extract(f.value, '$.detail'), '')
+        FROM json_each({doc}, '$.faults') AS f
+    UNION ALL SELECT json_extract(c.value, '$.error') FROM json_each({doc}, '$.llm_calls') AS c
+)
+"""
+
+# The text a diagnosis is found by: its category, agent, explanation, cited evidence and fix.
+_DIAGNOSIS_TEXT = """
+SELECT group_concat(part, char(10)) FROM (
+    SELECT json_extract({doc}, '$.method') AS part
+    UNION ALL SELECT json_extract({doc}, '$.category')
+    UNION ALL SELECT json_extract({doc}, '$.agent')
+    UNION ALL SELECT json_extract({doc}, '$.explanation')
+    UNION ALL SELECT json_extract(e.value, '$.quote') || ' ' || json_extract(e.value, '$.note')
+        FROM json_each({doc}, '$.evidence') AS e
+    UNION ALL SELECT json_extract({doc}, '$.correction.message')
+    UNION ALL SELECT json_extract({doc}, '$.correction.tool_call.name') || ' '
+        || json_extract({doc}, '$.correction.tool_call.arguments')
+)
+"""
+
+
+# Short summaries the runs table shows beside each run, stored unindexed in `run_search`.
+_RUN_LABELS = """SELECT group_concat(json_extract(x.value, '$.source') || ':'
+    || coalesce(json_extract(x.value, '$.message_index'), 'run'), ' ')
+    FROM json_each({doc}, '$.labels') AS x"""
+_RUN_FAULTS = """SELECT group_concat(json_extract(f.value, '$.kind') || ':'
+    || json_extract(f.value, '$.message_index'), ' ')
+    FROM json_each({doc}, '$.faults') AS f"""
+
+
+def _search_index(db: sqlite3.Connection, table: str, index: str, columns: dict[str, str]) -> None:
+    """An FTS5 index over `table`'s documents, one row per table row (same rowid), kept in
+    step by triggers. `columns` maps each index column to the SQL of its value from `{doc}`;
+    the first is the searched text, the others are stored unindexed. An insert first drops
+    any index row with its rowid, so an index row left behind by `INSERT OR REPLACE` (whose
+    implicit delete fires no trigger unless recursive triggers are on) never describes the
+    row that reuses its rowid; readers join the index to `table` on rowid, so such a leftover
+    is never returned."""
+    names = list(columns)
+    declared = ", ".join([names[0], *(f"{n} UNINDEXED" for n in names[1:])])
+    db.execute(f"CREATE VIRTUAL TABLE {index} USING fts5({declared})")
+
+    def values(doc: str) -> str:
+        return ", ".join(f"({sql.format(doc=doc)})" for sql in columns.values())
+
+    insert = f"INSERT INTO {index}(rowid, {', '.join(names)})"
+    new_values = values("CAST(new.doc AS TEXT)")
+    db.execute(
+        f"""CREATE TRIGGER {index}_insert AFTER INSERT ON {table} BEGIN
+            DELETE FROM {index} WHERE rowid = new.rowid;
+            {insert} VALUES (new.rowid, {new_values});
+        END"""
+    )
+    db.execute(
+        f"""CREATE TRIGGER {index}_update AFTER UPDATE OF doc ON {table} BEGIN
+            DELETE FROM {index} WHERE rowid = old.rowid;
+            {insert} VALUES (new.rowid, {new_values});
+        END"""
+    )
+    db.execute(
+        f"""CREATE TRIGGER {index}_delete AFTER DELETE ON {table} BEGIN
+            DELETE FROM {index} WHERE rowid = old.rowid;
+        END"""
+    )
+    db.execute(f"{insert} SELECT rowid, {values('CAST(doc AS TEXT)')} FROM {table}")
+
+
+def m005_full_text_search(db: sqlite3.Connection) -> None:
+    """Full-text search (FTS5) over runs and diagnoses: `run_search` (text, plus the labels
+    and faults summaries of the runs table) and `diagnosis_search`, each row's rowid that of
+    its run or diagnosis; existing rows are indexed here."""
+    run_columns = {"body": _RUN_TEXT, "labels": _RUN_LABELS, "faults": _RUN_FAULTS}
+    _search_index(db, "trajectories", "run_search", run_columns)
+    _search_index(db, "diagnoses", "diagnosis_search", {"body": _DIAGNOSIS_TEXT})
+
+
 MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
     m001_trajectories,
     m002_diagnoses,
     m003_proxy_calls,
     m004_summary_columns_and_filter_indexes,
+    m005_full_text_search,
 ]
 
 

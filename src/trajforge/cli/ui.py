@@ -1,0 +1,45 @@
+"""`trajforge ui`: serve the web UI over a store."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from trajforge.cli.common import DbOption, console, open_store
+from trajforge.store import default_db_path
+
+
+def ui_command(
+    db: DbOption = None,
+    host: Annotated[
+        str, typer.Option("--host", help="Address to bind (loopback by default).")
+    ] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", help="Port to listen on.")] = 8765,
+    token: Annotated[
+        str | None,
+        typer.Option(
+            "--token",
+            envvar="TRAJFORGE_UI_TOKEN",
+            help="Require this token on every page and API call (open ?token=T once).",
+        ),
+    ] = None,
+    monitor: Annotated[
+        Path | None,
+        typer.Option("--monitor", help="Failure-detector model file for risk curves and stops."),
+    ] = None,
+) -> None:
+    """Serve the web UI: runs, search, run view, forks, diffs, tokens, compare, live."""
+    import uvicorn
+
+    from trajforge.web import UiConfig, create_app
+
+    path = db or default_db_path()
+    open_store(path).close()  # a missing store is one clear error line
+    app = create_app(UiConfig(db=path, token=token, monitor=monitor))
+    shown = f"http://{host}:{port}/" + (f"?token={token}" if token else "")
+    console.print(
+        f"trajforge UI on {shown} (store {path}); Ctrl-C stops it", markup=False, soft_wrap=True
+    )
+    uvicorn.run(app, host=host, port=port, log_level="warning")

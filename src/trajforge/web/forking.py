@@ -1,0 +1,74 @@
+""" "Fork from here": the command that forks a run at a message, and running it from the UI
+when the run's environment can be rebuilt by replay."""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping
+from pathlib import Path
+
+from trajforge.envs.replay import replayable
+from trajforge.errors import UserError
+from trajforge.rollout.fork import check_fork_index, fork
+from trajforge.rollout.policy_factory import AgentSpec, build_agents
+from trajforge.schema import Trajectory
+from trajforge.store import Store
+from trajforge.web.html import h, run_link
+
+POLICIES = ("expert", "noisy-expert", "replay")
+"""Policies the UI offers (they need no model endpoint); the command line offers them all."""
+
+
+def fork_command(traj: Trajectory, at: int, db: Path, policy: str = "expert") -> str:
+    return shlex.join(
+        ["trajforge", "fork", traj.id, "--at", str(at), "--policy", policy, "--db", str(db)]
+    )
+
+
+def fork_form(traj: Trajectory, at: int, db: Path) -> str:
+    check_fork_index(traj, at)
+    command = fork_command(traj, at, db)
+    head = (
+        f"<h1>Fork {run_link(traj.id)} at message {at}</h1>"
+        f"<p>The child keeps the first {at} messages and continues from the identical state. "
+        f"On the command line:</p><pre class=command id=fork-command>{h(command)}</pre>"
+        "<p class=dim>(--policy llm with --base-url and --llm-model continues with a model)</p>"
+    )
+    if not replayable(traj):
+        return head + (
+            f'<p id="not-forkable">This run cannot be forked here: its environment '
+            f"({h(traj.task.environment or 'none')}) cannot be rebuilt by replaying the "
+            "recorded tool calls.</p>"
+        )
+    options = "".join(f"<option>{p}</option>" for p in POLICIES)
+    return head + (
+        f'<form method="post" action="/runs/{h(traj.id)}/fork" id="fork-form">'
+        f'<input type="hidden" name="at" value="{at}">'
+        f"<label>policy <select name=policy>{options}</select></label> "
+        '<label>seed <input name="seed" value="0" size=4></label> '
+        "<button>Fork and open the child</button></form>"
+    )
+
+
+def run_fork(db: Path, parent_id: str, form: Mapping[str, object]) -> str:
+    """Fork in this (worker) thread with its own store connection; returns the child id."""
+    policy = str(form.get("policy") or "expert")
+    if policy not in POLICIES:
+        raise UserError(f"policy must be one of {', '.join(POLICIES)}, got '{policy}'")
+    at, seed = _whole(form, "at"), _whole(form, "seed", 0)
+    with Store(db) as store:
+        parent = store.get(parent_id)
+        check_fork_index(parent, at)
+        policy_obj, user = build_agents(AgentSpec(policy=policy, seed=seed), parent=parent, at=at)
+        chosen_user = user if policy == "replay" else None
+        child = fork(parent, at, policy_obj, user=chosen_user)
+        with store.transaction():
+            store.add(child)
+    return child.id
+
+
+def _whole(form: Mapping[str, object], key: str, default: int | None = None) -> int:
+    raw = str(form.get(key) or ("" if default is None else default))
+    if not raw.isdigit():
+        raise UserError(f"{key} must be a whole number, got '{raw}'")
+    return int(raw)

@@ -1,0 +1,71 @@
+"""Reading a page's state from its URL: the same words as the CLI's filter options."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import get_args
+
+from pydantic import ValidationError
+
+from trajforge.errors import UserError
+from trajforge.store import TrajectoryFilter
+from trajforge.store.runs import MAX_PER_PAGE, RunQuery, SortKey
+
+FILTER_KEYS = ("harness", "model", "env", "task", "outcome", "run", "forks")
+"""URL parameters that select runs (`--harness`, `--model`, `--env`, `--task`, `--outcome`
+of the CLI, plus the run name and forks=only|none)."""
+
+
+def run_filter(params: Mapping[str, str]) -> TrajectoryFilter:
+    """A filter from URL parameters; a bad value is a `UserError` naming it."""
+    outcome = params.get("outcome") or None
+    if outcome not in (None, "success", "failure"):
+        raise UserError(f"outcome must be 'success' or 'failure', got '{outcome}'")
+    forks = params.get("forks") or None
+    if forks not in (None, "only", "none"):
+        raise UserError(f"forks must be 'only' or 'none', got '{forks}'")
+    return TrajectoryFilter(
+        harness=params.get("harness") or None,
+        model=params.get("model") or None,
+        environment=params.get("env") or None,
+        task_id=params.get("task") or None,
+        run=params.get("run") or None,
+        success=None if outcome is None else outcome == "success",
+        forks=None if forks is None else forks == "only",
+    )
+
+
+def run_query(params: Mapping[str, str]) -> RunQuery:
+    """The runs page's query (filters, search, sort, page) from URL parameters."""
+    sort = params.get("sort") or "created"
+    if sort not in get_args(SortKey):
+        raise UserError(f"cannot sort by '{sort}'; use one of {', '.join(get_args(SortKey))}")
+    direction = params.get("dir") or "desc"
+    if direction not in ("asc", "desc"):
+        raise UserError(f"dir must be 'asc' or 'desc', got '{direction}'")
+    try:
+        return RunQuery(
+            filter=run_filter(params),
+            q=(params.get("q") or "").strip() or None,
+            sort=sort,
+            descending=direction == "desc",
+            page=_positive(params, "page", 1),
+            per_page=_positive(params, "per_page", 50),
+        )
+    except ValidationError as exc:
+        message = exc.errors()[0]["msg"]
+        raise UserError(f"per_page must be at most {MAX_PER_PAGE}: {message}") from None
+
+
+def _positive(params: Mapping[str, str], key: str, default: int) -> int:
+    raw = params.get(key) or str(default)
+    if not raw.isdigit() or int(raw) < 1:
+        raise UserError(f"{key} must be a whole number from 1, got '{raw}'")
+    return int(raw)
+
+
+def state(params: Mapping[str, str], **changes: object) -> dict[str, object]:
+    """The page's URL parameters with some changed (for links that keep everything else)."""
+    kept = {k: v for k, v in params.items() if k != "token"}
+    kept.update(changes)
+    return kept
