@@ -23,6 +23,7 @@ from pydantic import BaseModel, Field
 from trajforge.envs.base import StepResult
 from trajforge.envs.swe.repos import Repo, generate_repo
 from trajforge.envs.swe.sandbox import SandboxConfig, run_sandboxed
+from trajforge.envs.tool_schema import string_tool
 from trajforge.errors import ToolError, UserError
 from trajforge.schema import Message, Outcome, Task, ToolCall
 
@@ -41,26 +42,17 @@ def _untimed(output: str) -> str:
     return _TIMING.sub(r"\1", output)
 
 
-def _tool(name: str, description: str, **params: str) -> dict[str, Any]:
-    properties = {key: {"type": "string", "description": text} for key, text in params.items()}
-    parameters = {"type": "object", "properties": properties, "required": list(params)}
-    return {
-        "type": "function",
-        "function": {"name": name, "description": description, "parameters": parameters},
-    }
-
-
 TOOLS = [
-    _tool("bash", "Run a shell command in the repository.", command="The command."),
-    _tool("read", "Read a file of the repository.", path="Path relative to the repository."),
-    _tool(
+    string_tool("bash", "Run a shell command in the repository.", command="The command."),
+    string_tool("read", "Read a file of the repository.", path="Path relative to the repository."),
+    string_tool(
         "edit",
         "Replace the one occurrence of `old` in a file with `new`.",
         path="Path relative to the repository.",
         old="Exact text to replace (must occur once).",
         new="Replacement text.",
     ),
-    _tool("run_tests", "Run the repository's tests."),
+    string_tool("run_tests", "Run the repository's tests."),
 ]
 
 
