@@ -12,6 +12,7 @@ with, and readers refuse versions newer than their own.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable
 from typing import Any, Literal
 
 import orjson
@@ -84,6 +85,23 @@ class Usage(_Model):
     total_tokens: int | None = Field(default=None, description="Prompt plus completion tokens.")
     cost: float | None = Field(default=None, description="Cost in US dollars, when known.")
     wall_time_s: float | None = Field(default=None, description="Wall-clock seconds.")
+
+    @classmethod
+    def summed(
+        cls, usages: Iterable[Usage], cost: float | None = None, wall_time_s: float | None = None
+    ) -> Usage:
+        """The token counts of several calls added up (a missing count adds 0)."""
+        prompt = completion = 0
+        for usage in usages:
+            prompt += usage.prompt_tokens or 0
+            completion += usage.completion_tokens or 0
+        return cls(
+            prompt_tokens=prompt,
+            completion_tokens=completion,
+            total_tokens=prompt + completion,
+            cost=cost,
+            wall_time_s=wall_time_s,
+        )
 
 
 class LLMCall(_Model):

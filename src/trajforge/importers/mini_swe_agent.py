@@ -123,15 +123,17 @@ def _llm_calls(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _total_usage(calls: list[dict[str, Any]], info: dict[str, Any]) -> Usage:
-    prompt = sum(_count(c["usage"]["prompt_tokens"]) for c in calls)
-    completion = sum(_count(c["usage"]["completion_tokens"]) for c in calls)
-    stats = info.get("model_stats") or {}
-    return Usage(
-        prompt_tokens=prompt if calls else None,
-        completion_tokens=completion if calls else None,
-        total_tokens=prompt + completion if calls else None,
-        cost=stats.get("instance_cost"),
-    )
+    cost = (info.get("model_stats") or {}).get("instance_cost")
+    if not calls:
+        return Usage(cost=cost)
+    counts = [
+        Usage(
+            prompt_tokens=_count(c["usage"]["prompt_tokens"]),
+            completion_tokens=_count(c["usage"]["completion_tokens"]),
+        )
+        for c in calls
+    ]
+    return Usage.summed(counts, cost=cost)
 
 
 def _count(value: Any) -> int:

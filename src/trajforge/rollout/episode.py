@@ -146,11 +146,4 @@ def _evaluate(env: Environment, traj: Trajectory, reason: str) -> Outcome:
 
 def _total_usage(traj: Trajectory, wall: float) -> Usage:
     calls = [c.usage for c in traj.llm_calls if c.usage]
-    prompt = sum(u.prompt_tokens or 0 for u in calls)
-    completion = sum(u.completion_tokens or 0 for u in calls)
-    return Usage(
-        prompt_tokens=prompt,
-        completion_tokens=completion,
-        total_tokens=prompt + completion,
-        wall_time_s=round(wall, 4),
-    )
+    return Usage.summed(calls, wall_time_s=round(wall, 4))
