@@ -6,7 +6,8 @@ Usage: python bench/rollout_scale.py [--episodes N] [--repeat R] [--no-ray]
    actions recorded first, then replayed and timed alone), oracle `expert_action()` calls
    per second (timed alone), and whole-episode steps per second through `run_episode`.
    Goal: household env.step >= 10,000 steps/s on one core.
-2. Episodes per second on the local backend (threads) and the Ray backend, at
+2. Episodes per second on the local backend (worker processes when there are 2) and its
+   scaling from 1 to 2 workers on household (goal >= 1.7x), then the Ray backend, at
    concurrency 1 and 2, and Ray's overhead against local at the same concurrency (Ray
    started and warmed up before timing; local and Ray runs alternate), for two workloads:
    household noisy-expert episodes (milliseconds each: the worst case for Ray's fixed
@@ -23,6 +24,8 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
+import statistics
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -38,6 +41,7 @@ from trajforge.schema import ToolCall
 
 STEP_GOAL = 10_000
 RAY_OVERHEAD_GOAL = 0.20
+SCALING_GOAL = 1.7
 TASKS_PER_ENV = {"household": 60, "swe": 3, "tau-retail": 20, "tau-airline": 20}
 
 
@@ -163,13 +167,29 @@ def main() -> None:
         ("household noisy-expert", household_batch(args.episodes), args.repeat, True),
         ("swe expert", swe_batch(args.swe_episodes), 1, False),
     ]
+    local_scaling(workloads[0][1], args.repeat)
     if args.no_ray:
-        for label, specs, repeat, _ in workloads:
+        for label, specs, repeat, _ in workloads[1:]:
             for concurrency in (1, 2):
                 rate = episodes_per_s(run_local, specs, concurrency, repeat)
                 print(f"{label}, {len(specs)} episodes: local workers={concurrency} {rate:.1f}/s")
         return
     local_and_ray(workloads)
+
+
+def local_scaling(specs: list, repeat: int) -> None:
+    """Household episodes/s on the local backend at 1 and 2 workers, runs alternating."""
+    one, two = [], []
+    for _ in range(repeat):
+        one.append(episodes_per_s(run_local, specs, 1, 1))
+        two.append(episodes_per_s(run_local, specs, 2, 1))
+    ratio = statistics.median(b / a for a, b in zip(one, two, strict=True))
+    print(f"\n== local backend, household, {len(specs)} episodes (medians of {repeat})")
+    print(
+        f"workers=1 {statistics.median(one):.1f} ep/s · workers=2 {statistics.median(two):.1f} "
+        f"ep/s · ratio local 2 / 1 workers: {ratio:.2f}x "
+        f"(goal >= {SCALING_GOAL}x: {'met' if ratio >= SCALING_GOAL else 'NOT met'})"
+    )
 
 
 def _verdict(overhead: float) -> str:
@@ -195,11 +215,17 @@ def tree_cpu_seconds(root: int) -> float:
     return sum(cpu.get(pid, 0.0) for pid in tree)
 
 
+def own_and_children_cpu() -> float:
+    """CPU seconds of this process and of its finished children (local worker processes)."""
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + children.ru_utime + children.ru_stime
+
+
 def timed_run(backend, specs, concurrency: int, whole_tree: bool) -> tuple[float, float, float]:
     """(episodes/s, CPU seconds per episode, this process's CPU seconds per episode) of one
     run; the CPU is of this process only, or of it and all its descendants (Ray's daemons
     and workers)."""
-    cpu = (lambda: tree_cpu_seconds(os.getpid())) if whole_tree else time.process_time
+    cpu = (lambda: tree_cpu_seconds(os.getpid())) if whole_tree else own_and_children_cpu
     before, own = cpu(), time.process_time()
     rate = episodes_per_s(backend, specs, concurrency, 1)
     return rate, (cpu() - before) / len(specs), (time.process_time() - own) / len(specs)

@@ -17,7 +17,9 @@ from trajforge.cli.main import app
 from trajforge.envs.tau import TauRetailEnv
 from trajforge.generate.guided import (
     GUIDANCE_HEADER,
+    ForkRunner,
     GuidedRecovery,
+    Job,
     LLMGuidanceProposer,
     RecoverConfig,
     find_leaks,
@@ -209,3 +211,25 @@ def test_household_privileged_guidance_tries_the_hidden_state_hint_first() -> No
     hint, plan = result.attempts
     assert not hint.success and plan.success and result.rounds == 2
     assert demo is not None and demo.metadata["recovery"]["guidance"].startswith("A plan")
+
+
+def test_a_runner_receives_each_stage_of_the_search_as_one_batch(
+    tau2_runs: list[Trajectory],
+) -> None:
+    class Batches(ForkRunner):
+        def __init__(self, *args) -> None:
+            super().__init__(*args)
+            self.sizes: list[int] = []
+
+        def run(self, jobs: list[Job]) -> list[Trajectory]:
+            self.sizes.append(len(jobs))
+            return super().run(jobs)
+
+    failures = [t for t in tau2_runs if not t.outcome.success][:3]
+    runner = Batches(ExpertPolicy, ScriptedUser)
+    recovery = GuidedRecovery(config=RecoverConfig(sources=["correction"]), runner=runner)
+    report, _ = recover_runs(failures, recovery, {}, batch=3)
+    # correction from the decisive message (3 runs), from the start (runs not yet recovered,
+    # if any), then intervene-and-replay (3 runs)
+    assert runner.sizes[0] == 3 and runner.sizes[-1] == 3
+    assert sum(len(r.attempts) for r in report.results) == sum(runner.sizes)

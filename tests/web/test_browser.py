@@ -153,3 +153,43 @@ def test_live_proxy_session_appears_on_the_runs_page_without_reload(
     assert browser.execute_script("return window.notReloaded === true")
     assert "trajforge-proxy" in row.text or "proxy" in row.text
     browser.save_screenshot(str(SHOTS / "runs-live.png"))
+
+
+def test_rollout_batch_progress_updates_on_the_live_page_without_reload(
+    browser: WebDriver, ui_url: str, ui_store: UiStore
+) -> None:
+    from trajforge.rollout.backends.local import run_local
+    from trajforge.rollout.episode import Limits
+    from trajforge.rollout.factory import make_env
+    from trajforge.rollout.runner import RolloutConfig, run_batch
+    from trajforge.rollout.tasks import select_tasks
+
+    browser.get(ui_url + "/live")
+    WebDriverWait(browser, 10).until(
+        lambda d: "watching" in d.find_element(By.ID, "live-status").text
+    )
+    browser.execute_script("window.notReloaded = true")
+    config = RolloutConfig(
+        env="household",
+        tasks=select_tasks(make_env("household"), "6"),
+        policy="noisy-expert",
+        faults=["transient:0.3"],
+        limits=Limits(max_steps=30),
+        run="ui-live-batch",
+    )
+    with Store(ui_store.db) as store:
+        _, trajs = run_batch(config, store, run_local)
+    faults = sum(len(t.faults) for t in trajs)
+    successes = sum(bool(t.success) for t in trajs)
+
+    def batch_row(driver: WebDriver) -> list[str] | None:
+        rows = driver.execute_script(  # read at once: the block is replaced on every change
+            "return [...document.querySelectorAll('#activity tr')]"
+            ".map(r => [...r.cells].map(c => c.textContent))"
+        )
+        return next((r for r in rows if r[1:3] == ["ui-live-batch", "6"]), None)
+
+    cells = WebDriverWait(browser, 15).until(batch_row)
+    assert cells[3] == str(successes) and cells[6] == str(faults)
+    assert browser.execute_script("return window.notReloaded === true")
+    browser.save_screenshot(str(SHOTS / "live.png"))

@@ -59,7 +59,7 @@ def diagnose_run(traj: Trajectory, localizer: Localizer) -> Diagnosis:
     if diagnosis is None:
         diagnosis = Diagnosis(
             trajectory_id=traj.id,
-            method=localizer.name if localizer.name in get_args(Method) else "heuristic",
+            method=next((m for m in get_args(Method) if m == localizer.name), "heuristic"),
             step=None,
             explanation="the method found no decisive error in this run",
         )

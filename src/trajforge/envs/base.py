@@ -72,6 +72,14 @@ class Oracle(Protocol):
 
 
 @runtime_checkable
+class ConversationBinding(Protocol):
+    """Optional: an environment whose state reads the conversation as it grows (tau's
+    user-visible confirmations); bound once per episode to its live message list."""
+
+    def bind_conversation(self, messages: list[Message]) -> None: ...
+
+
+@runtime_checkable
 class TaskSet(Protocol):
     """Optional: an environment family that can list or generate its tasks."""
 

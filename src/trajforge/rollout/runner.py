@@ -26,6 +26,7 @@ from typing import Any, NamedTuple
 import orjson
 from pydantic import BaseModel, Field
 
+from trajforge.envs.base import ConversationBinding
 from trajforge.envs.faults import parse_fault_spec, with_faults
 from trajforge.rollout.episode import Limits, run_episode, start_trajectory
 from trajforge.rollout.factory import (
@@ -82,17 +83,18 @@ class RolloutConfig(BaseModel):
 
     def specs(self) -> list[EpisodeSpec]:
         faults = parse_fault_spec(self.faults).spec()
-        common = {
-            "env": self.env,
-            "policy": self.policy,
-            "options": self.options,
-            "seed": self.seed,
-            "faults": faults,
-            "limits": self.limits,
-            "run": self.run,
-        }
         return [
-            EpisodeSpec(task=task, sample=sample, **common)
+            EpisodeSpec(
+                env=self.env,
+                task=task,
+                policy=self.policy,
+                options=self.options,
+                sample=sample,
+                seed=self.seed,
+                faults=faults,
+                limits=self.limits,
+                run=self.run,
+            )
             for task in self.tasks
             for sample in range(self.n)
         ]
@@ -108,7 +110,7 @@ def run_episode_spec(spec: EpisodeSpec) -> Trajectory:
         env = with_faults(make_env(spec.env), parse_fault_spec(spec.faults or None), seed)
         policy = make_policy(spec.policy, spec.options, seed)
         traj = start_trajectory(env, spec.task, source)
-        if callable(getattr(env, "bind_conversation", None)):
+        if isinstance(env, ConversationBinding):
             env.bind_conversation(traj.messages)
         user = None
         if needs_user(traj.messages):

@@ -20,9 +20,12 @@ from trajforge.generate.guided.report import (
 )
 from trajforge.generate.guided.search import (
     Attempt,
+    ForkRunner,
     GuidedRecovery,
+    Job,
     RecoverConfig,
     RecoveryResult,
+    Runner,
 )
 from trajforge.generate.guided.teacher import (
     GUIDANCE_HEADER,
@@ -36,15 +39,18 @@ __all__ = [
     "GUIDANCE_HEADER",
     "Attempt",
     "Feedback",
+    "ForkRunner",
     "Guidance",
     "GuidedPolicy",
     "GuidedRecovery",
     "InterveningPolicy",
+    "Job",
     "LLMGuidanceProposer",
     "LeakConfig",
     "RecoverConfig",
     "RecoveryReport",
     "RecoveryResult",
+    "Runner",
     "correction_guidance",
     "diagnosis_for",
     "find_leaks",

@@ -70,16 +70,21 @@ def recover_runs(
     recovery: GuidedRecovery,
     diagnoses: Mapping[str, list[Diagnosis]],
     on_run: Callable[[Trajectory], None] | None = None,
+    batch: int = 32,
 ) -> tuple[RecoveryReport, list[Trajectory]]:
-    """Search every failed run; the report and the clean demonstrations (not stored)."""
+    """Search every failed run, `batch` runs at a time (each stage of the search is one
+    batch of teacher jobs); the report and the clean demonstrations (not stored)."""
+    runs = list(failures)
     results, demos = [], []
-    for traj in failures:
-        result, demo = recovery.recover(traj, diagnosis_for(traj, diagnoses.get(traj.id, [])))
-        results.append(result)
-        if demo is not None:
-            demos.append(demo)
-        if on_run is not None:
-            on_run(traj)
+    for first in range(0, len(runs), batch):
+        chunk = runs[first : first + batch]
+        items = [(t, diagnosis_for(t, diagnoses.get(t.id, []))) for t in chunk]
+        for traj, (result, demo) in zip(chunk, recovery.recover_many(items), strict=True):
+            results.append(result)
+            if demo is not None:
+                demos.append(demo)
+            if on_run is not None:
+                on_run(traj)
     return summarize(results), demos
 
 

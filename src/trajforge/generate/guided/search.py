@@ -16,13 +16,15 @@ unguided.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from typing import Literal, get_args
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol, get_args, runtime_checkable
 
 from pydantic import BaseModel, Field
 
 from trajforge.agents.base import Policy, UserSimulator
 from trajforge.diagnose.model import Diagnosis
+from trajforge.envs.base import Environment
 from trajforge.envs.replay import make_env, replay_to
 from trajforge.generate.guided.guidance import (
     SOURCES,
@@ -39,9 +41,10 @@ from trajforge.generate.guided.leak import LeakConfig, find_leaks
 from trajforge.generate.guided.teacher import GuidedPolicy, InterveningPolicy, strip
 from trajforge.rollout.episode import Limits
 from trajforge.rollout.fork import ForkOptions, fork
-from trajforge.schema import Trajectory
+from trajforge.schema import Message, Trajectory
 
 StartMode = Literal["decisive", "start"]
+PrivilegedForm = Literal["hint", "plan"]
 HARNESS = "trajforge-recover"
 
 
@@ -59,6 +62,11 @@ class RecoverConfig(BaseModel):
     intervene: bool = Field(default=True, description="Also run intervene-and-replay.")
     max_steps: int = Field(default=40, ge=1, description="Teacher steps per attempt.")
     plan_steps: int = Field(default=30, ge=1, description="Longest privileged plan.")
+    privileged_forms: list[PrivilegedForm] = Field(
+        default_factory=lambda: list(get_args(PrivilegedForm)),
+        description="Privileged guidance tried, in order: the environment's hidden-state "
+        "hint, the oracle's plan.",
+    )
     leak: LeakConfig = Field(default_factory=LeakConfig, description="Leak check.")
 
 
@@ -92,162 +100,253 @@ class RecoveryResult(BaseModel):
     attempts: list[Attempt] = Field(default_factory=list)
 
 
-class GuidedRecovery:
-    """The search for one run at a time; `teacher` and `user` make fresh agents per run."""
+@dataclass
+class Job:
+    """One teacher run to make: continue `failed` after its first `at` messages."""
+
+    failed: Trajectory
+    at: int
+    guidance: Guidance | None = None
+    first: Message | None = None
+    """Intervene-and-replay: this message is sent first, in place of the decisive one."""
+    system: str | None = None
+    """The environment's system prompt, for a run recorded without one."""
+
+
+@runtime_checkable
+class Runner(Protocol):
+    """Runs teacher jobs (a batch at a time, so a runner can batch model calls)."""
+
+    def run(self, jobs: list[Job]) -> list[Trajectory]: ...
+
+
+class ForkRunner:
+    """Runs each job as a fork with a fresh teacher that sees the guidance in its system
+    prompt (`GuidedPolicy`), and a fresh user simulator."""
 
     def __init__(
         self,
         teacher: Callable[[], Policy],
-        user: Callable[[], UserSimulator],
-        config: RecoverConfig | None = None,
-        proposer: LLMGuidanceProposer | None = None,
+        user: Callable[[], UserSimulator | None],
+        max_steps: int = 40,
     ) -> None:
         self.teacher = teacher
         self.user = user
+        self.max_steps = max_steps
+
+    def run(self, jobs: list[Job]) -> list[Trajectory]:
+        return [self._one(job) for job in jobs]
+
+    def _one(self, job: Job) -> Trajectory:
+        policy: Policy = GuidedPolicy(self.teacher(), job.guidance, job.system)
+        if job.first is not None:
+            policy = InterveningPolicy(policy, job.first)
+        options = ForkOptions(limits=Limits(max_steps=self.max_steps), harness=HARNESS)
+        return fork(job.failed, job.at, policy, user=self.user(), options=options)
+
+
+class _Search:
+    """The search state of one failed run."""
+
+    def __init__(self, failed: Trajectory, diagnosis: Diagnosis | None) -> None:
+        self.failed = failed
+        self.diagnosis = diagnosis
+        decisive = diagnosis.step if diagnosis is not None else None
+        self.result = RecoveryResult(
+            trajectory_id=failed.id, environment=failed.task.environment, decisive=decisive
+        )
+        self.demo: Trajectory | None = None
+        self.system = system_prompt(failed)
+        self.found: set[str] = set()
+        self.privileged: dict[int, list[Guidance]] = {}
+        self.llm: dict[str, tuple[Guidance, Trajectory]] = {}
+
+    def at(self, start: StartMode) -> int | None:
+        return 0 if start == "start" else self.result.decisive
+
+
+class GuidedRecovery:
+    """The guidance search (see the module docstring). Teacher runs go through a `Runner`:
+    by default a `ForkRunner` over `teacher` and `user` (factories of fresh agents); give
+    `runner` to batch them (a trained model stepping many runs in lock-step, say)."""
+
+    def __init__(
+        self,
+        teacher: Callable[[], Policy] | None = None,
+        user: Callable[[], UserSimulator | None] | None = None,
+        config: RecoverConfig | None = None,
+        proposer: LLMGuidanceProposer | None = None,
+        runner: Runner | None = None,
+    ) -> None:
         self.config = config or RecoverConfig()
+        if runner is None:
+            if teacher is None:
+                raise ValueError("GuidedRecovery needs a teacher factory or a runner")
+            runner = ForkRunner(teacher, user or (lambda: None), self.config.max_steps)
+        self.runner = runner
         self.proposer = proposer
 
     def recover(
         self, failed: Trajectory, diagnosis: Diagnosis | None
     ) -> tuple[RecoveryResult, Trajectory | None]:
         """The result and the clean demonstration (None when nothing passed cleanly)."""
-        decisive = diagnosis.step if diagnosis is not None else None
-        result = RecoveryResult(
-            trajectory_id=failed.id, environment=failed.task.environment, decisive=decisive
-        )
-        demo = self._search(failed, diagnosis, result)
-        if self.config.intervene:
-            result.intervene = self._intervene(failed, diagnosis, result)
-        return result, demo
+        return self.recover_many([(failed, diagnosis)])[0]
 
-    def _starts(self, decisive: int | None) -> list[tuple[StartMode, int]]:
-        starts: list[tuple[StartMode, int]] = []
-        for mode in self.config.starts:
-            if mode == "start":
-                starts.append((mode, 0))
-            elif decisive is not None:
-                starts.append((mode, decisive))
-        return starts
-
-    def _search(
-        self, failed: Trajectory, diagnosis: Diagnosis | None, result: RecoveryResult
-    ) -> Trajectory | None:
+    def recover_many(
+        self, runs: Sequence[tuple[Trajectory, Diagnosis | None]]
+    ) -> list[tuple[RecoveryResult, Trajectory | None]]:
+        """Search all runs stage by stage (source, start, form or round), so that each stage
+        is one batch of teacher jobs; a run leaves the search at its first clean success."""
+        searches = [_Search(failed, diagnosis) for failed, diagnosis in runs]
         for source in self.config.sources:
-            found = False
-            for start, at in self._starts(result.decisive):
-                for guidance, attempt in self._attempts(source, failed, diagnosis, start, at):
-                    found = True
-                    result.rounds += 1
-                    result.attempts.append(attempt.summary)
-                    if not attempt.summary.success:
-                        continue
-                    leaks = find_leaks(attempt.run, guidance, at, self.config.leak)
-                    if leaks:
-                        attempt.summary.leaks = leaks
-                        result.leak_rejections += 1
-                        continue
-                    return self._keep(failed, guidance, attempt, result)
-            if not found:
-                result.unavailable.append(source)
-        return None
+            for start in self.config.starts:
+                for index in range(self._stage_count(source)):
+                    self._stage(searches, source, start, index)
+            for search in searches:
+                if source not in search.found:
+                    search.result.unavailable.append(source)
+        if self.config.intervene:
+            self._intervene(searches)
+        return [(s.result, s.demo) for s in searches]
 
-    def _attempts(
-        self, source: GuidanceSource, failed: Trajectory, diagnosis, start: StartMode, at: int
-    ) -> Iterator[tuple[Guidance, _Run]]:
-        if source == "correction":
-            guidance = correction_guidance(diagnosis)
+    def _stage_count(self, source: GuidanceSource) -> int:
+        if source == "privileged":
+            return len(self.config.privileged_forms)
+        if source == "llm":
+            return self.config.llm_rounds if self.proposer is not None else 0
+        return 1
+
+    def _stage(
+        self, searches: list[_Search], source: GuidanceSource, start: StartMode, index: int
+    ) -> None:
+        batch: list[tuple[_Search, Job]] = []
+        for search in searches:
+            at = search.at(start)
+            if search.demo is not None or at is None:
+                continue
+            guidance = self._guidance(search, source, start, at, index)
             if guidance is not None:
-                yield guidance, self._run(failed, guidance, start, at)
-        elif source == "privileged":
-            for guidance in self._privileged(failed, at):
-                yield guidance, self._run(failed, guidance, start, at)
-        elif self.proposer is not None:
-            yield from self._llm_rounds(failed, start, at)
+                search.found.add(source)
+                batch.append((search, Job(search.failed, at, guidance, system=search.system)))
+        if not batch:
+            return
+        children = self.runner.run([job for _, job in batch])
+        for (search, job), child in zip(batch, children, strict=True):
+            self._judge(search, job, start, child)
 
-    def _llm_rounds(self, failed: Trajectory, start: StartMode, at: int):
+    def _guidance(
+        self, search: _Search, source: GuidanceSource, start: StartMode, at: int, index: int
+    ) -> Guidance | None:
+        if source == "correction":
+            return correction_guidance(search.diagnosis)
+        if source == "privileged":
+            if at not in search.privileged:
+                search.privileged[at] = self._privileged(search.failed, at)
+            forms = search.privileged[at]
+            return forms[index] if index < len(forms) else None
+        return self._llm_guidance(search, start)
+
+    def _llm_guidance(self, search: _Search, start: StartMode) -> Guidance:
         assert self.proposer is not None
-        feedback = Feedback.of(failed.outcome)
-        guidance: Guidance | None = None
-        run: _Run | None = None
-        for _ in range(self.config.llm_rounds):
-            guidance = self.proposer.propose(
-                failed,
-                feedback,
-                previous=guidance,
-                attempt=run.run if run else None,
-                attempt_feedback=Feedback.of(run.run.outcome) if run else None,
-            )
-            run = self._run(failed, guidance, start, at)
-            yield guidance, run
+        previous = search.llm.get(start)
+        return self.proposer.propose(
+            search.failed,
+            Feedback.of(search.failed.outcome),
+            previous=previous[0] if previous else None,
+            attempt=previous[1] if previous else None,
+            attempt_feedback=Feedback.of(previous[1].outcome) if previous else None,
+        )
 
-    def _privileged(self, failed: Trajectory, at: int) -> list[Guidance]:
-        """The hidden-state hint (if the environment has one), then the oracle's plan, both
-        from the state after the first `at` messages."""
-        env = make_env(failed)
-        replay_to(env, failed, at)
-        hint = hidden_state_guidance(env)
-        plan = privileged_guidance(oracle_plan(env, self.config.plan_steps))
-        return [g for g in (hint, plan) if g is not None]
-
-    def _run(self, failed: Trajectory, guidance: Guidance, start: StartMode, at: int) -> _Run:
-        policy = GuidedPolicy(self.teacher(), guidance, system_prompt(failed))
-        child = self._fork(failed, at, policy)
-        summary = Attempt(
+    def _judge(self, search: _Search, job: Job, start: StartMode, child: Trajectory) -> None:
+        guidance = job.guidance
+        assert guidance is not None
+        result = search.result
+        attempt = Attempt(
             source=guidance.source,
             start=start,
-            at=at,
+            at=job.at,
             round=guidance.round,
             success=bool(child.outcome.success),
             reward=child.outcome.reward,
         )
-        return _Run(child, summary)
-
-    def _fork(self, failed: Trajectory, at: int, policy: Policy) -> Trajectory:
-        options = ForkOptions(limits=Limits(max_steps=self.config.max_steps), harness=HARNESS)
-        return fork(failed, at, policy, user=self.user(), options=options)
-
-    def _keep(
-        self, failed: Trajectory, guidance: Guidance, attempt: _Run, result: RecoveryResult
-    ) -> Trajectory:
-        summary = attempt.summary
-        provenance = {
-            "parent": failed.id,
-            "source": guidance.source,
-            "privileged": guidance.privileged,
-            "guidance": guidance.text,
-            "rounds": result.rounds,
-            "round": guidance.round,
-            "start": summary.start,
-            "at": summary.at,
-            "teacher": attempt.run.source.model,
-        }
-        demo = strip(attempt.run, guidance, summary.at, provenance).with_id()
+        result.rounds += 1
+        result.attempts.append(attempt)
+        if guidance.source == "llm":
+            search.llm[start] = (guidance, child)
+        if not attempt.success:
+            return
+        demo = strip(child, guidance, job.at, self._provenance(search, guidance, attempt, child))
+        leaks = find_leaks(demo, guidance, job.at, self.config.leak)
+        if leaks:
+            attempt.leaks = leaks
+            result.leak_rejections += 1
+            return
+        search.demo = demo.with_id()
         result.recovered = True
         result.source = guidance.source
         result.privileged = guidance.privileged
-        result.start = summary.start
-        result.demo_id = demo.id
-        return demo
+        result.start = start
+        result.demo_id = search.demo.id
 
-    def _intervene(
-        self, failed: Trajectory, diagnosis: Diagnosis | None, result: RecoveryResult
-    ) -> bool | None:
-        if diagnosis is None or diagnosis.step is None or diagnosis.correction is None:
-            return None
-        teacher = GuidedPolicy(self.teacher(), None, system_prompt(failed))
-        policy = InterveningPolicy(teacher, diagnosis.correction.as_message())
-        child = self._fork(failed, diagnosis.step, policy)
-        success = bool(child.outcome.success)
-        result.attempts.append(
-            Attempt(
-                source="intervene",
-                start="decisive",
-                at=diagnosis.step,
-                success=success,
-                reward=child.outcome.reward,
+    def _provenance(
+        self, search: _Search, guidance: Guidance, attempt: Attempt, child: Trajectory
+    ) -> dict[str, Any]:
+        return {
+            "parent": search.failed.id,
+            "source": guidance.source,
+            "privileged": guidance.privileged,
+            "guidance": guidance.text,
+            "rounds": search.result.rounds,
+            "round": guidance.round,
+            "start": attempt.start,
+            "at": attempt.at,
+            "teacher": child.source.model,
+        }
+
+    def _privileged(self, failed: Trajectory, at: int) -> list[Guidance]:
+        """The privileged guidance forms (`privileged_forms`), from the state after the
+        first `at` messages: the environment's hidden-state hint, the oracle's plan."""
+        env = make_env(failed)
+        replay_to(env, failed, at)
+        forms = {
+            "hint": lambda: hidden_state_guidance(env),
+            "plan": lambda: privileged_guidance(self._plan_from(env)),
+        }
+        found = [forms[form]() for form in self.config.privileged_forms]
+        return [g for g in found if g is not None]
+
+    def _plan_from(self, env: Environment) -> list[str] | None:
+        """The oracle's plan from the environment's state, which is left as it was."""
+        state = env.snapshot()
+        plan = oracle_plan(env, self.config.plan_steps)
+        env.restore(state)
+        return plan
+
+    def _intervene(self, searches: list[_Search]) -> None:
+        batch = []
+        for search in searches:
+            diagnosis = search.diagnosis
+            if diagnosis is None or diagnosis.step is None or diagnosis.correction is None:
+                continue
+            first = diagnosis.correction.as_message()
+            batch.append(
+                (search, Job(search.failed, diagnosis.step, first=first, system=search.system))
             )
-        )
-        return success
+        if not batch:
+            return
+        children = self.runner.run([job for _, job in batch])
+        for (search, job), child in zip(batch, children, strict=True):
+            success = bool(child.outcome.success)
+            search.result.intervene = success
+            search.result.attempts.append(
+                Attempt(
+                    source="intervene",
+                    start="decisive",
+                    at=job.at,
+                    success=success,
+                    reward=child.outcome.reward,
+                )
+            )
 
 
 def system_prompt(run: Trajectory) -> str | None:
@@ -256,11 +355,3 @@ def system_prompt(run: Trajectory) -> str | None:
         return None
     opening = make_env(run).reset(run.task)
     return next((m.text() for m in opening if m.role == "system"), None)
-
-
-class _Run:
-    """A teacher run and its summary."""
-
-    def __init__(self, run: Trajectory, summary: Attempt) -> None:
-        self.run = run
-        self.summary = summary
