@@ -96,6 +96,25 @@ def _line(report: dict) -> str:
     return " ".join(parts)
 
 
+def without_gold(runs: list[Trajectory], seed: int) -> dict:
+    """The tau failures with their gold actions removed (logs as a deployment records them):
+    the heuristic can no longer diff against gold; before/after on held-out tasks."""
+    stripped = []
+    for traj in runs:
+        if dataset_of(traj).startswith("synthetic/tau"):
+            copy = traj.model_copy(deep=True)
+            copy.task.gold = None
+            copy.id = ""
+            stripped.append(copy.with_id())
+    config = HoldoutConfig(split="task", seed=seed)
+    out = {}
+    for name, method in (("heuristic", HeuristicLocalizer()), ("trained", RankerTrainer())):
+        report = evaluate_holdout(stripped, method, diagnose, config).model_dump()
+        out[name] = report
+        print(f"no-gold  {name:20}", _line(report), file=sys.stderr)
+    return out
+
+
 def exact(localizer, runs: list[Trajectory]) -> float:
     hits = [
         d.step == reference_label(t).message_index
@@ -155,6 +174,7 @@ def main() -> None:
         "never_tuned_on": [HAND],
         "holdout": holdout_tables(runs, args.seed),
         "cross_environment": cross_environment(runs),
+        "without_gold": without_gold(runs, args.seed),
         "seconds": round(time.time() - started, 1),
     }
     Path(args.out).write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2))

@@ -91,7 +91,7 @@ def test_synthesize_train_eval_from_the_command_line(tmp_path: Path) -> None:
     assert saved.exit_code == 0, saved.output
     (item,) = orjson.loads(saved.stdout)["datasets"]
     assert item["sample"] == "in-sample"  # every run is a training run of the model file
-    refit = runner.invoke(app, [*args, "--method", "trained", "--folds", "3"])
+    refit = runner.invoke(app, [*args, "--method", "trained", "--folds", "2"])
     (item,) = orjson.loads(refit.stdout)["datasets"]
     assert item["sample"] == "out-of-sample" and item["scores"]["exact"]["n"] >= 25
     used = runner.invoke(app, ["diagnose", "--db", db, "--model-file", model, "--json"])

@@ -96,7 +96,7 @@ def _gold_writes(traj: Trajectory) -> list[str] | None:
     return [f"{a['name']}:{canonical_arguments(a['kwargs'])}" for a in gold if is_write(a["name"])]
 
 
-_CACHE: dict[tuple[str, int, int], tuple[list[int], np.ndarray]] = {}
+_CACHE: dict[tuple, tuple[list[int], np.ndarray]] = {}
 _CACHE_SIZE = 4096
 
 
@@ -104,6 +104,7 @@ def step_features(traj: Trajectory) -> tuple[list[int], np.ndarray]:
     """(candidate indices, one feature row per candidate). Cached by trajectory id (a
     content hash), since fitting per fold reads the same runs many times."""
     key = (traj.id, len(traj.messages), sum(len(m.text()) for m in traj.messages))
+    key += (len(str(traj.task.gold)),)  # the gold features read the task's gold actions
     if traj.id and key in _CACHE:
         return _CACHE[key]
     computed = _compute(traj)
