@@ -152,6 +152,23 @@ def execute(
             return run_episodes(config, store, run_on, concurrency, live)
 
 
+def policy_options(
+    error_rate: float,
+    base_url: str | None,
+    llm_model: str | None,
+    api_key: str | None,
+    temperature: float,
+) -> PolicyOptions:
+    """The policy options of the rollout commands' shared flags."""
+    return PolicyOptions(
+        error_rate=error_rate,
+        base_url=base_url,
+        model=llm_model,
+        api_key=api_key,
+        temperature=temperature,
+    )
+
+
 def rollout_command(
     env: EnvArg,
     tasks: TasksArg = "10",
@@ -175,13 +192,7 @@ def rollout_command(
 ) -> None:
     """Run a policy on tasks of an environment (optionally with tool faults) into the store."""
     limits = Limits(max_steps=max_steps, max_tokens=max_tokens, max_wall_s=max_wall)
-    options = PolicyOptions(
-        error_rate=error_rate,
-        base_url=base_url,
-        model=llm_model,
-        api_key=api_key,
-        temperature=temperature,
-    )
+    options = policy_options(error_rate, base_url, llm_model, api_key, temperature)
     config = build_config(env, tasks, policy, n, faults, seed, limits, options, run)
     summary, _ = execute(config, db, backend, concurrency, show=not json_out)
     if json_out:
@@ -226,13 +237,7 @@ def rft_command(
     json_out: JsonOption = False,
 ) -> None:
     """Sample K rollouts per task, keep verified successes without near-duplicates, write SFT."""
-    options = PolicyOptions(
-        error_rate=error_rate,
-        base_url=base_url,
-        model=llm_model,
-        api_key=api_key,
-        temperature=temperature,
-    )
+    options = policy_options(error_rate, base_url, llm_model, api_key, temperature)
     limits = Limits(max_steps=max_steps)
     config = build_config(env, tasks, policy, k, None, seed, limits, options, run="rft")
     _, episodes = execute(config, db, backend, concurrency, show=not json_out)
@@ -282,13 +287,7 @@ def robustness_command(
     conditions = faults or DEFAULT_CONDITIONS
     for condition in conditions:
         check_tools(parse_fault_spec(condition), make_env(env))
-    options = PolicyOptions(
-        error_rate=error_rate,
-        base_url=base_url,
-        model=llm_model,
-        api_key=api_key,
-        temperature=temperature,
-    )
+    options = policy_options(error_rate, base_url, llm_model, api_key, temperature)
     limits = Limits(max_steps=max_steps)
     base = build_config(env, tasks, policy, n, None, seed, limits, options, run="robustness")
     runs: dict[str, list[Trajectory]] = {}
