@@ -17,9 +17,20 @@ Only the schema loads with `import trajforge`; every other name loads its module
 use, so the command line and light scripts do not pay for numerics or servers. The modules
 behind these names are private: import from here or from a subpackage's `__init__`.
 
-Layers, from the ground up (each imports only from those before it): schema; store;
-importers and models; envs; agents; rollout; diagnose, monitor, generate; proxy, serve;
-train, web; cli, demo. This module sits above them all as a facade.
+Layers, lowest first; a module imports only from its own layer or lower ones, and
+subpackages never import each other in a cycle (tests/test_layers.py checks both):
+
+    schema, errors, registry, stats, jsonfile, openai_wire
+    store
+    importers, models
+    envs
+    agents
+    rollout
+    diagnose, monitor, generate, evaluate, export
+    proxy, serve
+    train, web
+    cli, demo
+    this module: the public API, above them all (nothing in the package imports it)
 """
 
 from __future__ import annotations

@@ -10,6 +10,11 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pydantic import ValidationError
+
 
 class TrajforgeError(Exception):
     """Base of all trajforge errors."""
@@ -44,3 +49,9 @@ class EpisodeEnd(TrajforgeError):
     def __init__(self, reason: str, message: str = "") -> None:
         self.reason = reason
         super().__init__(message or reason)
+
+
+def first_error(exc: ValidationError) -> str:
+    """`field.path: problem` of a validation error's first error, on one line."""
+    error = exc.errors()[0]
+    return f"{'.'.join(str(p) for p in error['loc'])}: {error['msg']}"

@@ -193,3 +193,21 @@ def test_rollout_batch_progress_updates_on_the_live_page_without_reload(
     assert cells[3] == str(successes) and cells[6] == str(faults)
     assert browser.execute_script("return window.notReloaded === true")
     browser.save_screenshot(str(SHOTS / "live.png"))
+
+
+def test_fork_from_here_runs_the_fork_and_opens_the_child(
+    browser: WebDriver, ui_url: str, ui_store: UiStore
+) -> None:
+    browser.get(f"{ui_url}/runs/{ui_store.fork_parent}")
+    _wait(browser, "article#m-5 .fork-link").click()
+    command = _wait(browser, "#fork-command").text
+    assert command.startswith(f"trajforge fork {ui_store.fork_parent} --at 5 --policy expert")
+    browser.find_element(By.CSS_SELECTOR, "#fork-form button").click()
+    WebDriverWait(browser, 30).until(lambda d: d.find_elements(By.ID, "run-id"))
+    child_id = browser.find_element(By.ID, "run-id").text
+    assert child_id != ui_store.fork_parent
+    origin = browser.find_element(By.XPATH, "//p[starts-with(normalize-space(.), 'fork of')]")
+    assert origin.text == f"fork of {ui_store.fork_parent[:12]} at message 5"
+    with Store(ui_store.db) as store:
+        child = store.get(child_id)
+    assert child.parent.trajectory_id == ui_store.fork_parent and child.parent.message_index == 5

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import gzip
-import io
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -12,7 +10,14 @@ from typing import Protocol
 import orjson
 from pydantic import ValidationError
 
-from trajforge.errors import InputError, UserError
+from trajforge.errors import InputError, UserError, first_error
+from trajforge.jsonfile import (  # noqa: F401 (re-exported for importers)
+    base_name,
+    iter_jsonl,
+    load_json,
+    load_json_records,
+    open_binary,
+)
 from trajforge.schema import Trajectory
 
 HEAD_BYTES = 65536
@@ -35,13 +40,6 @@ class Importer(Protocol):
     def read(self, path: Path) -> Iterator[Trajectory]: ...
 
     def sidecars(self, path: Path) -> list[Path]: ...
-
-
-def open_binary(path: Path) -> io.BufferedIOBase:
-    """Open a file for reading bytes, decompressing `.gz` transparently."""
-    if path.suffix == ".gz":
-        return gzip.open(path, "rb")
-    return path.open("rb")
 
 
 def read_head(path: Path, size: int = HEAD_BYTES) -> bytes:
@@ -111,50 +109,6 @@ def _skeleton(value: object, depth: int) -> object:
     if isinstance(value, str):
         return value[:SKELETON_TEXT]
     return value
-
-
-def base_name(path: Path) -> str:
-    """The file name without a trailing `.gz`."""
-    return path.name[:-3] if path.name.endswith(".gz") else path.name
-
-
-def load_json(path: Path) -> object:
-    """Parse a whole (possibly gzipped) JSON file; malformed JSON names the file and position."""
-    try:
-        with open_binary(path) as handle:
-            data = handle.read()
-    except (OSError, EOFError) as exc:
-        raise InputError(str(path), f"cannot read file: {exc}") from exc
-    try:
-        return orjson.loads(data)
-    except orjson.JSONDecodeError as exc:
-        raise InputError(str(path), f"malformed JSON: {exc}") from exc
-
-
-def load_json_records(path: Path) -> object:
-    """A `.jsonl` file as a list of its lines' values, any other file as one JSON value."""
-    if base_name(path).endswith(".jsonl"):
-        return [record for _, record in iter_jsonl(path)]
-    return load_json(path)
-
-
-def iter_jsonl(path: Path) -> Iterator[tuple[int, object]]:
-    """(line number, parsed object) for each non-empty line of a JSONL file."""
-    number = 0
-    with open_binary(path) as handle:
-        try:
-            for number, line in enumerate(handle, start=1):
-                if line.strip():
-                    yield number, _parse_line(path, number, line)
-        except (OSError, EOFError) as exc:
-            raise InputError(str(path), f"cannot read file: {exc}", f"line {number + 1}") from exc
-
-
-def _parse_line(path: Path, number: int, line: bytes) -> object:
-    try:
-        return orjson.loads(line)
-    except orjson.JSONDecodeError as exc:
-        raise InputError(str(path), f"malformed JSON: {exc}", f"line {number}") from exc
 
 
 def first_json_line(head: bytes) -> object | None:
@@ -310,9 +264,3 @@ def short_repr(value: object, limit: int = SHORT_VALUE) -> str:
     if len(text) <= limit:
         return text
     return f"{text[: limit - 20]}... ({len(text)} characters)"
-
-
-def first_error(exc: ValidationError) -> str:
-    """`field.path: problem` of a validation error's first error, on one line."""
-    error = exc.errors()[0]
-    return f"{'.'.join(str(p) for p in error['loc'])}: {error['msg']}"

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from trajforge.importers.base import base_name, load_json, read_one_run
-from trajforge.importers.openai_messages import message_list, text_of
+from trajforge.openai_wire import message_list, text_of
 from trajforge.schema import Outcome, Source, Task, Trajectory, Usage
 
 _USAGE_KEYS = ("prompt_tokens", "completion_tokens", "total_tokens", "cost")

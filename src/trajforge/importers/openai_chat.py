@@ -17,7 +17,7 @@ from typing import Any
 
 from trajforge.errors import InputError
 from trajforge.importers.base import first_line_has_keys, iter_jsonl, record_problem
-from trajforge.importers.openai_messages import to_message
+from trajforge.openai_wire import to_message
 from trajforge.schema import Message, Outcome, Source, Task, Trajectory
 
 _USED = {"messages", "tools", "task_id", "id", "environment", "model", "success", "reward"}

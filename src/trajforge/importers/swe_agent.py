@@ -29,7 +29,7 @@ from typing import Any
 import orjson
 
 from trajforge.importers.base import base_name, read_one_run
-from trajforge.importers.openai_messages import message_list, text_of
+from trajforge.openai_wire import message_list, text_of
 from trajforge.schema import Outcome, Source, Task, Trajectory, Usage
 
 _STEP_FIELDS = ("execution_time", "state")

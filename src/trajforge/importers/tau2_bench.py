@@ -45,7 +45,7 @@ from trajforge.importers.base import (
     record_problem,
     should_stream,
 )
-from trajforge.importers.openai_messages import message_list
+from trajforge.openai_wire import message_list
 from trajforge.schema import Outcome, Source, Task, Trajectory, Usage
 
 _NAME = re.compile(r"^(?P<run>.+?)_(?P<domain>[a-z]+)_(?P<model>.+?)(_\d+trials?)?\.json$")

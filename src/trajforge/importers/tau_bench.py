@@ -20,7 +20,7 @@ from typing import Any
 
 from trajforge.errors import InputError
 from trajforge.importers.base import base_name, iter_json_array, record_problem
-from trajforge.importers.openai_messages import message_list, text_of
+from trajforge.openai_wire import message_list, text_of
 from trajforge.schema import Outcome, Source, Task, Trajectory
 
 _MODEL_FROM_NAME = re.compile(r"^(?P<model>.+?)-(airline|retail)\.json$")

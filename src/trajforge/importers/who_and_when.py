@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from trajforge.importers.base import read_one_run, short_repr
-from trajforge.importers.openai_messages import message_list
+from trajforge.openai_wire import message_list
 from trajforge.schema import Label, Outcome, Source, Task, Trajectory
 
 _CONSUMED = {

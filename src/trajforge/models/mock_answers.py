@@ -187,11 +187,6 @@ def text_body(answer: Answer, request: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def error_body(message: str, kind: str = "server_error", code: str | None = None) -> dict:
-    """An OpenAI-style error body."""
-    return {"error": {"message": message, "type": kind, "param": None, "code": code}}
-
-
 def _chunk(answer: Answer, delta: dict, request: dict, span: tuple[int, int]) -> dict[str, Any]:
     start, end = span
     logprobs = None

@@ -23,7 +23,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from trajforge.errors import InputError, UserError
-from trajforge.importers.base import load_json_records
+from trajforge.jsonfile import load_json_records
 
 DEFAULT_REPLY = "Hello from the trajforge mock server."
 

@@ -25,7 +25,6 @@ from trajforge.models.mock_answers import (
     chat_answer,
     chat_body,
     chat_chunks,
-    error_body,
     text_answer,
     text_body,
     text_chunks,
@@ -33,6 +32,7 @@ from trajforge.models.mock_answers import (
 from trajforge.models.mock_script import MockReply, Script, ScriptCursor
 from trajforge.models.mock_tokens import HashTokenBackend, TokenBackend
 from trajforge.models.serve import BackgroundServer
+from trajforge.openai_wire import error_body
 
 REQUEST_LOG_SIZE = 10_000
 

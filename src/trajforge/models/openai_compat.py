@@ -9,8 +9,8 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from trajforge.errors import UserError
-from trajforge.importers.openai_messages import to_message
 from trajforge.models.base import ModelReply
+from trajforge.openai_wire import to_message
 from trajforge.schema import LLMCall, Message, Usage
 
 

@@ -23,7 +23,7 @@ import orjson
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
-from trajforge.models.mock_answers import error_body
+from trajforge.openai_wire import error_body
 from trajforge.proxy.capture import Tokens, tokens_of
 from trajforge.proxy.config import ProxyConfig
 from trajforge.proxy.faults import FaultInjector

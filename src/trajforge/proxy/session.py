@@ -15,7 +15,7 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
-from trajforge.importers.openai_messages import to_message
+from trajforge.openai_wire import to_message
 from trajforge.proxy.drift import audit, normalize_message
 from trajforge.proxy.record import CapturedCall, MonitorStop
 from trajforge.schema import Fault, LLMCall, Message, Outcome, Source, Task, Trajectory, Usage

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, TypeGuard
 from fastapi.responses import JSONResponse
 
 from trajforge.errors import UserError
-from trajforge.models.mock_answers import error_body
+from trajforge.openai_wire import error_body
 from trajforge.proxy.config import MonitorStopConfig
 from trajforge.proxy.drift import normalize_message
 from trajforge.proxy.record import MonitorStop, chat_answer_message

@@ -14,7 +14,7 @@ import aiohttp
 import orjson
 from yarl import URL
 
-from trajforge.models.mock_answers import error_body
+from trajforge.openai_wire import error_body
 from trajforge.proxy.config import ProxyConfig
 from trajforge.proxy.record import UpstreamFault
 

@@ -9,7 +9,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from trajforge.errors import InputError, UserError
-from trajforge.importers.base import load_json_records
+from trajforge.jsonfile import load_json_records
 from trajforge.registry import Registry
 from trajforge.schema import Task
 

@@ -1,4 +1,7 @@
-"""Conversion of OpenAI-style chat message dicts (as harnesses write them) to `Message`."""
+"""The OpenAI chat wire format: message dicts (as harnesses and servers write them) to
+`Message`, and the OpenAI-style error body.
+
+Lowest layer: importers, models and the proxy all speak this format."""
 
 from __future__ import annotations
 
@@ -7,7 +10,7 @@ from typing import Any
 import orjson
 from pydantic import ValidationError
 
-from trajforge.importers.base import first_error
+from trajforge.errors import first_error
 from trajforge.schema import Message
 
 _MESSAGE_FIELDS = {"role", "content", "name", "tool_calls", "tool_call_id"}
@@ -87,3 +90,8 @@ def _tool_call_dict(call: Any, position: int) -> dict[str, Any]:
     if not isinstance(arguments, str):
         arguments = orjson.dumps(arguments).decode()
     return {"id": str(call.get("id") or f"call_{position}"), "name": name, "arguments": arguments}
+
+
+def error_body(message: str, kind: str = "server_error", code: str | None = None) -> dict:
+    """An OpenAI-style error body."""
+    return {"error": {"message": message, "type": kind, "param": None, "code": code}}
