@@ -6,7 +6,7 @@ import functools
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, ParamSpec, TypeVar
 
 import orjson
 import typer
@@ -19,7 +19,8 @@ from trajforge.store import Store, TrajectoryFilter, default_db_path
 console = Console()
 err_console = Console(stderr=True)
 
-F = TypeVar("F", bound=Callable[..., Any])
+P = ParamSpec("P")
+R = TypeVar("R")
 
 DbOption = Annotated[
     Path | None,
@@ -89,18 +90,18 @@ def print_json(value: Any) -> None:
     sys.stdout.write(data.decode() + "\n")
 
 
-def guarded(func: F) -> F:
+def guarded(func: Callable[P, R]) -> Callable[P, R]:
     """Turn a `UserError` into one line on stderr and exit status 1."""
 
     @functools.wraps(func)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         try:
             return func(*args, **kwargs)
         except UserError as exc:
             err_console.print(f"error: {exc}", markup=False, highlight=False, soft_wrap=True)
             raise typer.Exit(1) from None
 
-    return wrapper  # type: ignore[return-value]
+    return wrapper
 
 
 def progress_bar(quiet: bool) -> Progress:
