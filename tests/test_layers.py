@@ -27,7 +27,7 @@ from pathlib import Path
 SRC = Path(__file__).resolve().parents[1] / "src" / "trajforge"
 
 LAYERS: list[set[str]] = [
-    {"schema", "errors", "registry", "stats", "jsonfile", "openai_wire"},
+    {"schema", "errors", "registry", "stats", "jsonfile", "openai_wire", "outputs"},
     {"store"},
     {"importers", "models"},
     {"envs"},

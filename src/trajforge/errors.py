@@ -27,12 +27,23 @@ class UserError(TrajforgeError):
 class InputError(UserError):
     """A malformed input: names the file, the record (index or JSON path) and the problem."""
 
+    MAX_PROBLEM = 300
+
     def __init__(self, file: str, problem: str, record: str | int | None = None) -> None:
         self.file = file
         self.record = record
-        self.problem = problem
+        self.problem = problem = one_line(problem, self.MAX_PROBLEM)
         where = f"{file}" if record is None else f"{file} [record {record}]"
         super().__init__(f"{where}: {problem}")
+
+
+def one_line(text: str, limit: int) -> str:
+    """The first non-empty line of `text`, cut to about `limit` characters (a parser's caret
+    diagram or a quoted 20 MB value must not reach the terminal)."""
+    line = next((part.strip() for part in text.splitlines() if part.strip()), "")
+    if len(line) <= limit:
+        return line
+    return f"{line[:limit]}... ({len(line)} characters)"
 
 
 class UnknownFormatError(UserError):

@@ -47,7 +47,8 @@ def test_views_load_and_hold_only_verified_items(
     assert len(recovery) == 28 + 2  # messages 0..27, the feedback, the corrected action
     assert recovery[-2]["role"] == "system" and "Feedback" in recovery[-2]["content"]
     call = recovery[-1]["tool_calls"][0]["function"]
-    assert call["name"] == "book_reservation" and '"nonfree_baggages":0' in call["arguments"]
+    assert call["name"] == "book_reservation" and call["arguments"]["nonfree_baggages"] == 0
+    assert all(m["weight"] == 0 for m in recovery[:-2] if m["role"] == "assistant")
     assert card["verified_runs"] == 1 and card["by_category"] == {"tool_misuse": 1}
     assert (tmp_path / "dataset_card.md").read_text().startswith("# trajforge")
 
@@ -73,3 +74,21 @@ def test_recovery_view_carries_the_environment_tools(
     row = orjson.loads((tmp_path / "recovery.jsonl").read_bytes().splitlines()[0])
     names = {tool["function"]["name"] for tool in orjson.loads(row["tools"])}
     assert {"book_reservation", "get_user_details"} <= names
+
+
+def test_views_import_back_into_a_store(
+    tmp_path: Path, airline_runs: list[Trajectory], who_and_when_runs: list[Trajectory]
+) -> None:
+    """trajforge reads its own views (chat JSONL with `tools` as a JSON string)."""
+    from trajforge.generate.views import ViewsConfig
+    from trajforge.importers import import_paths
+    from trajforge.store import Store
+
+    write_views(_pairs(airline_runs, who_and_when_runs), tmp_path, ViewsConfig(verified_only=False))
+    with Store(tmp_path / "views.db") as store:
+        report = import_paths(
+            store, [str(tmp_path / "diagnosis.jsonl"), str(tmp_path / "recovery.jsonl")]
+        )
+        assert report.failed == [] and report.added >= 5
+        recovered = [t for t in store.query() if t.tools]
+    assert recovered and {"book_reservation"} <= {t["function"]["name"] for t in recovered[0].tools}

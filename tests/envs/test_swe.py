@@ -82,24 +82,19 @@ def test_snapshot_is_a_copy_of_the_workspace(env: SweEnv) -> None:
     assert env.distance() == 1 and not (env.workspace / "extra.txt").exists()
 
 
-BACKENDS = available_backends()
-
-
 def test_a_confining_sandbox_exists_here() -> None:
-    assert BACKENDS, "no confining sandbox: apt-get install bubblewrap (or allow unshare)"
+    assert available_backends() == ("bwrap",), "no sandbox: apt-get install bubblewrap"
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_escape_attempts_are_denied(env: SweEnv, tmp_path: Path, backend: str) -> None:
+def test_escape_attempts_are_denied(env: SweEnv, tmp_path: Path) -> None:
     env.reset(env.tasks(1)[0])
-    env.config.sandbox = SandboxConfig(backend=backend, timeout_s=10)
-    beside = tmp_path / f"escaped-{backend}.txt"  # /tmp: private to the sandbox at most
+    env.config.sandbox = SandboxConfig(timeout_s=10)
+    beside = tmp_path / "escaped.txt"  # host /tmp: not there inside
     env.step(call("bash", command=f"echo pwned > {beside}"))
     assert not beside.exists()
-    for target in (Path(__file__).parent / f"escaped-{backend}.txt", Path.home() / "escaped"):
+    for target in (Path(__file__).parent / "escaped.txt", Path.home() / "escaped"):
         write = env.step(call("bash", command=f"echo pwned > {target}"))
-        assert write.error and "read-only file system" in write.content.lower()
-        assert not target.exists()
+        assert write.error and not target.exists()
     net = "python -c \"import socket; socket.create_connection(('1.1.1.1', 80), timeout=3)\""
     network = env.step(call("bash", command=net))
     assert network.error and "unreachable" in network.content.lower()

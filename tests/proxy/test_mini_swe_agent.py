@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from trajforge.importers import import_paths
 from trajforge.models.mock_server import MockOpenAIServer
 from trajforge.proxy import ProxyConfig, ProxyServer
 from trajforge.proxy.session import trajectory_id
@@ -125,9 +126,10 @@ def _stored_comparable(message) -> tuple:
     return (message.role, message.content or "", calls, message.tool_call_id)
 
 
-def test_mini_swe_agent_run_is_recorded_message_for_message(
-    tmp_path: Path, mini_executable: Path
-) -> None:
+@pytest.fixture(scope="module")
+def mini_run(tmp_path_factory: pytest.TempPathFactory, mini_executable: Path):
+    """(repository, proxy store, mini-swe-agent's own trajectory file) of one recorded run."""
+    tmp_path = tmp_path_factory.mktemp("mini")
     repo = _make_repository(tmp_path)
     db, out = tmp_path / "store.db", tmp_path / "mini.traj.json"
     with (
@@ -135,6 +137,11 @@ def test_mini_swe_agent_run_is_recorded_message_for_message(
         ProxyServer(ProxyConfig(upstream=upstream.base_url), db) as proxy,
     ):
         _run_mini(mini_executable, repo, proxy.session_url("mini-run"), out, tmp_path / "cfg")
+    return repo, db, out
+
+
+def test_mini_swe_agent_run_is_recorded_message_for_message(mini_run) -> None:
+    repo, db, out = mini_run
     assert "a + b" in (repo / "calc.py").read_text()  # the harness really ran the commands
     theirs = json.loads(out.read_text())["messages"]
     ours = Store(db).get(trajectory_id("mini-run"))
@@ -153,3 +160,27 @@ def test_mini_swe_agent_run_is_recorded_message_for_message(
         assert call.prompt_token_ids and call.completion_token_ids
         assert len(call.logprobs) == len(call.completion_token_ids)
     assert b"sk-mini-test-key" not in db.read_bytes()
+
+
+def test_mini_swe_agent_2_trajectory_file_imports(mini_run, tmp_path: Path) -> None:
+    """The file the current release writes (`mini-swe-agent-1.1`, ending in an `exit` record)
+    imports: the exit record's status and submission are kept, not turned into a message."""
+    _, _, out = mini_run
+    theirs = json.loads(out.read_text())
+    assert theirs["trajectory_format"] == "mini-swe-agent-1.1"
+    assert theirs["messages"][-1]["role"] == "exit"
+    with Store(tmp_path / "imported.db") as store:
+        report = import_paths(store, [str(out)])
+        assert report.failed == [] and report.added == 1
+        (traj,) = store.query()
+    exit_extra = theirs["messages"][-1]["extra"]
+    assert traj.source.harness == "mini-swe-agent" and traj.source.format == "mini-swe-agent"
+    assert [m.role for m in traj.messages] == [m["role"] for m in theirs["messages"][:-1]]
+    assert traj.metadata["exit"] == exit_extra
+    assert traj.outcome.termination_reason == exit_extra["exit_status"] == "Submitted"
+    assert traj.task.data["submission"] == exit_extra["submission"]
+    assert len(traj.llm_calls) == len(SCRIPT)
+    assert [c.message_index for c in traj.llm_calls] == [
+        i for i, m in enumerate(theirs["messages"]) if m["role"] == "assistant"
+    ]
+    assert traj.messages[2].tool_calls and traj.messages[2].tool_calls[0].name == "bash"

@@ -160,6 +160,19 @@ def test_cli_fork_stores_a_child_that_names_its_parent(tau_db: Path) -> None:
     assert shown["parent"] == {"trajectory_id": parent.id, "message_index": at}
 
 
+def test_cli_fork_twice_with_the_same_arguments_stores_one_child(tau_db: Path) -> None:
+    """The id is the content without clock readings: the same fork is the same child."""
+    with Store(tau_db) as store:
+        parent = next(t for t in store.query() if t.success is False and t.parent is None)
+        before = store.count()
+    args = ["fork", parent.id, "--at", "3", "--policy", "expert", "--db", str(tau_db), "--json"]
+    first, second = (json.loads(_invoke(*args).stdout) for _ in range(2))
+    assert first["id"] == second["id"]
+    with Store(tau_db) as store:
+        assert store.count() == before + 1
+        assert store.get(first["id"]).usage.wall_time_s is not None  # kept in the document
+
+
 def test_cli_noisy_expert_fork_is_seeded(tau_db: Path) -> None:
     with Store(tau_db) as store:
         parent = next(t for t in store.query() if t.parent is None)

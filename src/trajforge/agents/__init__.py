@@ -8,6 +8,10 @@ from trajforge.registry import Registry
 POLICIES: Registry[type] = Registry("policy")
 POLICIES.register("expert", "trajforge.agents.expert:ExpertPolicy")
 POLICIES.register("noisy-expert", "trajforge.agents.expert:NoisyExpertPolicy")
+POLICIES.register("household-teacher", "trajforge.agents.household_teacher:ObservableTeacher")
+POLICIES.register(
+    "noisy-household-teacher", "trajforge.agents.household_teacher:NoisyObservableTeacher"
+)
 POLICIES.register("replay", "trajforge.agents.replay:ReplayPolicy")
 POLICIES.register("llm", "trajforge.agents.llm:LLMPolicy")
 

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import functools
+import io
+import sqlite3
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, ParamSpec, TypeVar
+from typing import Annotated, Any, NoReturn, ParamSpec, TypeVar
 
 import orjson
 import typer
@@ -86,22 +88,61 @@ def open_store(db: Path | None, must_exist: bool = True) -> Store:
 
 def print_json(value: Any) -> None:
     """Print a JSON document to stdout."""
-    data = orjson.dumps(value, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY)
+    option = orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY
+    try:
+        data = orjson.dumps(value, option=option)
+    except orjson.JSONEncodeError:  # a string that is not UTF-8, such as an odd file name
+        data = orjson.dumps(_printable(value), option=option)
     sys.stdout.write(data.decode() + "\n")
 
 
+def _printable(value: Any) -> Any:
+    if isinstance(value, str):
+        return value.encode("utf-8", "backslashreplace").decode()  # as the output streams
+    if isinstance(value, dict):
+        return {_printable(k): _printable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_printable(v) for v in value]
+    return value
+
+
 def guarded(func: Callable[P, R]) -> Callable[P, R]:
-    """Turn a `UserError` into one line on stderr and exit status 1."""
+    """Turn a `UserError` (or a store that SQLite cannot read or write) into one line on
+    stderr and exit status 1.
+
+    Output streams replace what they cannot encode (a file name that is not UTF-8 shows
+    as `\\udcXX` escapes) instead of failing half-way through a summary.
+    """
 
     @functools.wraps(func)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        tolerant_output()
         try:
             return func(*args, **kwargs)
         except UserError as exc:
-            err_console.print(f"error: {exc}", markup=False, highlight=False, soft_wrap=True)
-            raise typer.Exit(1) from None
+            fail(str(exc))
+        except sqlite3.DatabaseError as exc:
+            fail(f"the store cannot be used: {exc}")
 
     return wrapper
+
+
+MAX_ERROR_LINE = 2000
+
+
+def fail(message: str) -> NoReturn:
+    """Print `error: message` as one line on stderr and exit with status 1."""
+    line = " ".join(message.split("\n"))
+    if len(line) > MAX_ERROR_LINE:
+        line = f"{line[:MAX_ERROR_LINE]}... ({len(line)} characters in all)"
+    err_console.print(f"error: {line}", markup=False, highlight=False, soft_wrap=True)
+    raise typer.Exit(1)
+
+
+def tolerant_output() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        if isinstance(stream, io.TextIOWrapper):
+            stream.reconfigure(errors="backslashreplace")
 
 
 def progress_bar(quiet: bool) -> Progress:
@@ -112,6 +153,6 @@ def progress_bar(quiet: bool) -> Progress:
         MofNCompleteColumn(),
         TimeElapsedColumn(),
         console=err_console,
-        disable=quiet,
+        disable=quiet or not err_console.is_terminal,
         transient=True,
     )

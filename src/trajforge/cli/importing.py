@@ -63,6 +63,7 @@ def _summary(report: ImportReport) -> dict:
         "by_format": dict(Counter(f.format for f in report.files if not f.error)),
         "failed": [{"path": f.path, "error": f.error} for f in report.failed],
         "not_trajectories": report.not_trajectories,
+        "special_files": report.special_files,
         "sidecars": report.sidecars,
     }
 
@@ -91,5 +92,12 @@ def print_import_report(report: ImportReport, out: Console = console) -> None:
         )
         for folder, count in by_folder(report.not_trajectories):
             out.print(f"  {folder}/ ({count})", markup=False, highlight=False, soft_wrap=True)
+    if report.special_files:
+        out.print(
+            f"skipped {len(report.special_files)} special files (FIFOs, devices, sockets):",
+            soft_wrap=True,
+        )
+        for path in report.special_files:
+            out.print(f"  {path}", markup=False, highlight=False, soft_wrap=True)
     for failed in report.failed:
         err_console.print(f"error: {failed.error}", markup=False, highlight=False, soft_wrap=True)

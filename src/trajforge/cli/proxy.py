@@ -116,6 +116,17 @@ def proxy_command(
         float | None,
         typer.Option("--monitor-threshold", help="Stop at this failure risk instead (0-1)."),
     ] = None,
+    upstream_timeout: Annotated[
+        float,
+        typer.Option(
+            "--upstream-timeout",
+            help="Seconds to wait for the upstream to connect and for each read from it.",
+        ),
+    ] = 600.0,
+    max_body: Annotated[
+        int,
+        typer.Option("--max-body", help="Largest request body in bytes (larger: HTTP 413)."),
+    ] = 32 * 1024 * 1024,
     db: DbOption = None,
 ) -> None:
     """Record every call of an unmodified harness: point its base URL at this proxy."""
@@ -124,12 +135,16 @@ def proxy_command(
 
     if not upstream.startswith(("http://", "https://")):
         raise UserError(f"--upstream must be an http:// or https:// URL, got '{upstream}'")
+    if upstream_timeout <= 0 or max_body <= 0:
+        raise UserError("--upstream-timeout and --max-body must be positive")
     config = ProxyConfig(
         upstream=upstream,
         token=token,
         upstream_api_key=upstream_key,
         faults=parse_fault_spec(faults) if faults else None,
         monitor=_monitor_config(monitor, monitor_loss, monitor_threshold),
+        timeout_s=upstream_timeout,
+        max_body_bytes=max_body,
     )
     db = db or default_db_path()
     Store(db).close()  # a bad path or a too-new store fails here, on one line

@@ -24,8 +24,10 @@ from trajforge.cli.common import (
     print_json,
 )
 from trajforge.export import EXPORTERS, export
+from trajforge.outputs import check_output_path
 from trajforge.schema import json_schema
 from trajforge.stats import compute_stats
+from trajforge.store import default_db_path
 
 
 def stats_command(
@@ -104,8 +106,13 @@ def _number(value: float) -> str:
 def export_command(
     out: Annotated[Path, typer.Option("--out", "-o", help="File to write.")],
     fmt: Annotated[
-        str, typer.Option("--format", "-f", help=f"One of: {', '.join(EXPORTERS.names())}.")
-    ] = "jsonl",
+        str | None,
+        typer.Option(
+            "--format",
+            "-f",
+            help=f"One of: {', '.join(EXPORTERS.names())} (default: from the file name).",
+        ),
+    ] = None,
     db: DbOption = None,
     harness: HarnessOption = None,
     model: ModelOption = None,
@@ -114,13 +121,22 @@ def export_command(
     outcome: OutcomeOption = None,
     limit: LimitOption = None,
 ) -> None:
-    """Export trajectories (JSONL round-trips exactly; Parquet for analytics)."""
-    exporter_check = EXPORTERS.get(fmt)  # fail on an unknown format before reading
-    del exporter_check
+    """Export trajectories (JSONL round-trips exactly; Parquet for analytics).
+
+    Without --format, a `.parquet` file name means Parquet, anything else JSONL.
+    """
+    fmt = fmt or format_for(out)
+    EXPORTERS.get(fmt)  # fail on an unknown format before reading
+    check_output_path(out, protected=[db or default_db_path()])
     with open_store(db) as store:
         flt = make_filter(harness, model, env, task, outcome, limit)
         count = export(fmt, store, out, flt)
     console.print(f"wrote {count} trajectories to {out} ({fmt})")
+
+
+def format_for(out: Path) -> str:
+    """The export format a file name implies: Parquet for `.parquet`, else JSONL."""
+    return "parquet" if out.suffix.lower() == ".parquet" else "jsonl"
 
 
 def schema_command() -> None:

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import orjson
 
+from trajforge.errors import UserError
 from trajforge.export.tables import atomic_path
 from trajforge.schema import LLMCall, Trajectory
 from trajforge.store import Store, TrajectoryFilter
@@ -121,12 +122,19 @@ def export_rl(store: Store, flt: TrajectoryFilter, out: Path) -> int:
 
 def write_rl(trajs: Iterable[Trajectory], out: Path) -> int:
     """One JSON sample per line; returns the number of trajectories that gave samples."""
-    count = 0
+    count = seen = 0
     with atomic_path(out) as tmp, tmp.open("wb") as handle:
         for traj in trajs:
+            seen += 1
             written = 0
             for sample in rl_samples(traj):
                 handle.write(orjson.dumps(sample) + b"\n")
                 written += 1
             count += bool(written)
+        if not count:
+            raise UserError(
+                f"no RL samples: none of the {seen} selected trajectories has model calls with "
+                "token ids and logprobs; record runs through `trajforge proxy` against a "
+                "server that returns them (nothing written)"
+            )
     return count

@@ -6,28 +6,17 @@ never leaves a half-written file.
 
 from __future__ import annotations
 
-import os
-import tempfile
 from array import array
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from pathlib import Path
 
+from trajforge.outputs import atomic_output
 from trajforge.store import Store, TrajectoryFilter
 
 
-@contextmanager
-def atomic_path(out: Path) -> Iterator[Path]:
-    """A temporary path that replaces `out` only when the block succeeds."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", dir=out.parent)
-    os.close(fd)
-    try:
-        yield Path(tmp)
-        os.replace(tmp, out)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+def atomic_path(out: Path) -> AbstractContextManager[Path]:
+    """A temporary path that replaces `out` only when the block succeeds (`atomic_output`)."""
+    return atomic_output(out)
 
 
 def write_jsonl(store: Store, flt: TrajectoryFilter, out: Path) -> int:

@@ -3,8 +3,10 @@
 - diagnosis view: the run up to the decisive step -> the diagnosis as JSON (step, agent,
   category, explanation, cited evidence).
 - actor-recovery view: the run before the decisive step + diagnostic feedback -> the
-  corrected action (a tool call or a message), with the tool schemas the agent had (those
-  recorded in the run, else its environment's).
+  corrected action (a tool call, or a message from an oracle or gold run; heuristic advice
+  text is never a target), with the tool schemas the agent had (those recorded in the run,
+  else its environment's). Tool-call arguments are JSON objects; the prefix's assistant
+  turns carry `weight: 0` (context, not targets).
 
 Both are chat JSONL (`{"messages": [...], "tools": "<json>", ...metadata}`); `tools` is a JSON
 string so rows with different tool sets share one column type. Only verified diagnoses are
@@ -24,6 +26,7 @@ from pydantic import BaseModel, Field
 from trajforge.diagnose.forking import tool_schemas
 from trajforge.diagnose.model import Diagnosis
 from trajforge.diagnose.taxonomy import taxonomy_text
+from trajforge.generate.rft import chat_message as sft_message
 from trajforge.models.openai_compat import message_to_openai
 from trajforge.schema import Message, Trajectory
 
@@ -119,17 +122,33 @@ def feedback_text(diagnosis: Diagnosis) -> str:
 
 
 def recovery_item(traj: Trajectory, diagnosis: Diagnosis) -> dict | None:
-    """Prefix before the decisive step + feedback -> corrected action (None without one)."""
-    if diagnosis.correction is None or diagnosis.step is None:
+    """Prefix before the decisive step + feedback -> corrected action (None without one).
+
+    Only an action is a target: a correction that is advice text from a heuristic (not a
+    tool call, nor a message from an oracle or gold run) makes no item. The prefix's own
+    assistant turns carry `weight: 0`, so only the corrected action is learned; tool-call
+    arguments are JSON objects.
+    """
+    correction = diagnosis.correction
+    if correction is None or diagnosis.step is None:
         return None
-    prefix = [chat_message(m) for m in traj.messages[: diagnosis.step]]
+    if correction.tool_call is None and correction.source not in ("oracle", "gold"):
+        return None
+    prefix = [_context(m) for m in traj.messages[: diagnosis.step]]
     feedback = {"role": "system", "content": feedback_text(diagnosis)}
-    target = chat_message(diagnosis.correction.as_message())
+    target = sft_message(correction.as_message())
     return {
         "messages": [*prefix, feedback, target],
         "tools": orjson.dumps(tool_schemas(traj)).decode(),
         **_metadata(traj, diagnosis),
     }
+
+
+def _context(message: Message) -> dict[str, Any]:
+    data = sft_message(message)
+    if message.role == "assistant":
+        data["weight"] = 0
+    return data
 
 
 def write_views(

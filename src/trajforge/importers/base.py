@@ -201,7 +201,7 @@ def _stream_array(path: Path, prefix: str) -> Iterator[tuple[int, object]]:
         try:
             for index, record in enumerate(ijson.items(handle, prefix, use_float=True)):
                 yield index, record
-        except (ijson.JSONError, EOFError, OSError) as exc:
+        except (ijson.JSONError, EOFError, OSError, UnicodeDecodeError) as exc:
             raise InputError(str(path), f"malformed JSON: {exc}", index + 1) from exc
 
 
@@ -209,21 +209,28 @@ def load_json_without(path: Path, skipped_key: str) -> dict:
     """A top-level JSON object parsed incrementally, leaving out one (large) key.
 
     Used with `iter_json_array(path, f"{skipped_key}.item")` to read the rest of a big file
-    without holding the skipped array in memory.
+    without holding the skipped array in memory. A file without that key is an `InputError`
+    (else a streamed file missing its array would import as empty).
     """
     import ijson
 
     builder = ijson.ObjectBuilder()
+    seen = False
     with open_binary(path) as handle:
         try:
             for prefix, event, value in ijson.parse(handle, use_float=True):
-                if _under(prefix, skipped_key) or (prefix == "" and value == skipped_key):
+                if prefix == "" and event == "map_key" and value == skipped_key:
+                    seen = True
+                    continue
+                if _under(prefix, skipped_key):
                     continue
                 builder.event(event, value)
-        except (ijson.JSONError, EOFError, OSError) as exc:
+        except (ijson.JSONError, EOFError, OSError, UnicodeDecodeError) as exc:
             raise InputError(str(path), f"malformed JSON: {exc}") from exc
     if not isinstance(builder.value, dict):
         raise InputError(str(path), "expected a JSON object")
+    if not seen:
+        raise InputError(str(path), f"missing field '{skipped_key}'")
     return builder.value
 
 

@@ -9,6 +9,13 @@ assistant/user pairs). mini-swe-agent's "step" k (its k-th model call) is the k-
 message. Each assistant message keeps its raw model response, with token usage, in
 `Message.extra["response"]`; each also gets an `LLMCall` with that usage.
 
+mini-swe-agent 2.x (`trajectory_format` `mini-swe-agent-1.1`) uses native tool calls
+(`tool_calls` on assistant messages, `tool` results) and ends with a record of role `exit`
+whose `extra` holds the exit status and the submission. That record never reached the
+model, so it is not a message: its `extra` goes to `metadata["exit"]`, its exit status to
+the outcome's termination reason and its submission to the task data (when `info` does not
+already give them).
+
 Verdicts: for `.../trajs/<id>/<id>.traj.json` the importer reads `.../logs/<id>/report.json`
 (the SWE-bench harness report), else `.../results_summary.json`; both are consumed as
 sidecars when importing a folder.
@@ -43,12 +50,20 @@ class MiniSweAgentImporter:
 
     def sidecars(self, path: Path) -> list[Path]:
         instance = _instance_from_path(path)
-        found = [p for p in (_report_path(path, instance), _summary_path(path)) if p.exists()]
+        found = [p for p in (_report_path(path, instance), _summary_path(path)) if _exists(p)]
         return found
 
 
 def _instance_from_path(path: Path) -> str:
     return base_name(path).removesuffix(".traj.json")
+
+
+def _exists(path: Path) -> bool:
+    """Whether a companion file exists (an instance id too long for a file name: no)."""
+    try:
+        return path.is_file()
+    except OSError:
+        return False
 
 
 def _report_path(path: Path, instance: str) -> Path:
@@ -61,10 +76,15 @@ def _summary_path(path: Path) -> Path:
 
 def _to_trajectory(data: dict[str, Any], path: Path) -> Trajectory:
     info = data.get("info") or {}
-    instance = data.get("instance_id") or _instance_from_path(path)
-    messages = message_list(data["messages"], "messages")
+    if not isinstance(info, dict):
+        raise ValueError(f"info: expected an object, got {type(info).__name__}")
+    instance = str(data.get("instance_id") or _instance_from_path(path))
+    records, exit_record = _split_exit(data["messages"])
+    info = {**exit_record, **{k: v for k, v in info.items() if v is not None}}
+    messages = message_list(records, "messages")
     calls = _llm_calls(messages)
-    config = info.get("config") or {}
+    raw_config = info.get("config")
+    config = raw_config if isinstance(raw_config, dict) else {}
     # the messages are raw fields: pydantic validates them once, with the trajectory
     return Trajectory.model_validate(
         dict(
@@ -76,7 +96,7 @@ def _to_trajectory(data: dict[str, Any], path: Path) -> Trajectory:
             ),
             source=Source(
                 harness="mini-swe-agent",
-                model=(config.get("model") or {}).get("model_name"),
+                model=_model_name(config),
                 run=path.parent.parent.parent.name if path.parent.parent.name == "trajs" else None,
                 file=str(path),
                 format="mini-swe-agent",
@@ -88,9 +108,27 @@ def _to_trajectory(data: dict[str, Any], path: Path) -> Trajectory:
             metadata={
                 "trajectory_format": data.get("trajectory_format"),
                 "mini_version": info.get("mini_version"),
-            },
+            }
+            | ({"exit": exit_record} if exit_record else {}),
         )
     )
+
+
+def _split_exit(records: Any) -> tuple[Any, dict[str, Any]]:
+    """(the messages, the `extra` of a final `exit` record, or {}) of a 2.x message list."""
+    if not isinstance(records, list) or not records:
+        return records, {}
+    last = records[-1]
+    if not isinstance(last, dict) or last.get("role") != "exit":
+        return records, {}
+    extra = last.get("extra")
+    return records[:-1], dict(extra) if isinstance(extra, dict) else {}
+
+
+def _model_name(config: dict[str, Any]) -> str | None:
+    model = config.get("model")
+    name = model.get("model_name") if isinstance(model, dict) else None
+    return name if isinstance(name, str) else None
 
 
 def _instruction(messages: list[dict[str, Any]]) -> str | None:
@@ -143,7 +181,7 @@ def _count(value: Any) -> int:
 def _outcome(path: Path, instance: str, info: dict[str, Any]) -> Outcome:
     exit_status = info.get("exit_status")
     report = _report_path(path, instance)
-    if report.exists():
+    if _exists(report):
         verdict = load_json(report)
         if isinstance(verdict, dict) and instance in verdict:
             verdict = verdict[instance]
@@ -165,7 +203,7 @@ def _outcome(path: Path, instance: str, info: dict[str, Any]) -> Outcome:
 
 
 def _resolved_from_summary(summary: Path, instance: str) -> bool | None:
-    if not summary.exists():
+    if not _exists(summary):
         return None
     data = load_json(summary)
     for entry in data.get("instances", []) if isinstance(data, dict) else []:

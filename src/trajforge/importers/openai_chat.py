@@ -1,6 +1,7 @@
 """OpenAI chat JSONL: one `{"messages": [...], "tools": [...]}` conversation per line.
 
-This is the format SFT trainers read (and what `trajforge export` writes for training).
+This is the format SFT trainers read (and what `trajforge diagnose views` writes, with
+`tools` as a JSON string: that is read back too).
 Other keys of a line are kept in `metadata`; `task_id` / `id`, `environment`, `model`,
 `success` / `reward` are used when present. Without a task id, the id is derived from the
 opening system and user messages, so conversations on the same prompt share a task.
@@ -14,6 +15,8 @@ import hashlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+import orjson
 
 from trajforge.errors import InputError
 from trajforge.importers.base import first_line_has_keys, iter_jsonl, record_problem
@@ -47,9 +50,7 @@ def _to_trajectory(record: Any, path: Path) -> Trajectory:
     if not isinstance(record, dict):
         raise ValueError("expected a JSON object")
     messages = _messages(record["messages"])
-    tools = record.get("tools") or []
-    if not isinstance(tools, list):
-        raise ValueError("tools: expected a list")
+    tools = _tools(record.get("tools"))
     reward = record.get("reward")
     success = record.get("success")
     if success is None and isinstance(reward, int | float):
@@ -68,6 +69,20 @@ def _to_trajectory(record: Any, path: Path) -> Trajectory:
         outcome=Outcome(success=success, reward=reward),
         metadata={k: v for k, v in record.items() if k not in _USED},
     )
+
+
+def _tools(raw: Any) -> list[Any]:
+    """The tool schemas: a list, or a JSON string of one (as training views write them, so
+    that every row has the same column type)."""
+    if isinstance(raw, str):
+        try:
+            raw = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            raise ValueError("tools: a string that is not a JSON list") from None
+    tools = raw or []
+    if not isinstance(tools, list):
+        raise ValueError(f"tools: expected a list, got {type(tools).__name__}")
+    return tools
 
 
 def _messages(raw_messages: Any) -> list[Message]:

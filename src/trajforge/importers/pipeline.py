@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import glob
 import os
+import stat
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from pydantic import BaseModel, Field
+from pydantic_core import PydanticSerializationError
 
 from trajforge.errors import InputError, UserError
 from trajforge.importers.base import Importer
@@ -34,12 +36,17 @@ class SourceOverrides(BaseModel):
     run: str | None = Field(default=None, description="Run or experiment name.")
 
     def apply(self, trajs: Iterable[Trajectory]) -> Iterator[Trajectory]:
-        """The trajectories with the overrides set (ids are recomputed from the new content)."""
+        """The trajectories with the overrides set.
+
+        The id is the content id of the run as the file gave it, taken before the overrides
+        are set: importing the same file again, with or without `--model`/`--run`, finds the
+        run already stored instead of adding a copy that differs only in those labels.
+        """
         changes = self.model_dump(exclude_none=True)
         for traj in trajs:
             if changes:
+                traj.with_id()
                 traj.source = traj.source.model_copy(update=changes)
-                traj.id = ""
             yield traj
 
 
@@ -48,6 +55,10 @@ class ImportReport(BaseModel):
 
     files: list[FileResult] = Field(default_factory=list)
     not_trajectories: list[str] = Field(default_factory=list, description="Skipped files.")
+    special_files: list[str] = Field(
+        default_factory=list,
+        description="Skipped FIFOs, devices and sockets found in folders (never opened).",
+    )
     sidecars: list[str] = Field(default_factory=list, description="Consumed companion files.")
 
     @property
@@ -72,13 +83,39 @@ def expand(paths: Iterable[str]) -> tuple[list[Path], list[Path]]:
         if not matches:
             raise UserError(f"no file matches '{raw}'")
         for match in map(Path, matches):
-            if match.is_dir():
+            kind = file_kind(match)
+            if kind == "folder":
                 in_folders.extend(files_under(match))
-            elif match.exists():
+            elif kind == "file":
                 explicit.append(match)
-            else:
+            elif kind == "missing":
                 raise UserError(f"no such file or folder: {match}")
+            else:
+                raise UserError(f"{match}: is a {kind}, not a file of runs")
     return explicit, in_folders
+
+
+def file_kind(path: Path) -> str:
+    """ "file", "folder", "missing", or what else `path` is (a FIFO, a device...).
+
+    Decided from `stat` alone: a FIFO or a device is never opened (reading a FIFO with no
+    writer would wait for ever). An unreadable path is a `UserError`.
+    """
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        return "missing"
+    except OSError as exc:
+        raise UserError(f"{path}: cannot read: {exc.strerror}") from None
+    if stat.S_ISREG(mode):
+        return "file"
+    if stat.S_ISDIR(mode):
+        return "folder"
+    if stat.S_ISFIFO(mode):
+        return "FIFO"
+    if stat.S_ISSOCK(mode):
+        return "socket"
+    return "device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "special file"
 
 
 def files_under(folder: Path) -> list[Path]:
@@ -105,8 +142,11 @@ def plan(
     candidates = []
     for path in in_folders:
         try:
+            if file_kind(path) not in ("file", "missing"):
+                report.special_files.append(str(path))
+                continue
             candidates.append((path, _detect(path, fmt)))
-        except InputError as exc:
+        except UserError as exc:
             report.files.append(FileResult(path=str(path), error=str(exc)))
     jobs.extend((p, imp) for p, imp in candidates if imp is not None)
     claimed = {os.path.abspath(s) for p, imp in jobs for s in imp.sidecars(p)}
@@ -141,14 +181,31 @@ def import_jobs(
     with rare_checkpoints(store):
         for path, imp in jobs:
             result = FileResult(path=str(path), format=imp.name)
+            runs = _Counted(overrides.apply(imp.read(path)))
             try:
-                result.added, result.duplicates = store.add_many(overrides.apply(imp.read(path)))
+                result.added, result.duplicates = store.add_many(runs)
             except UserError as exc:
                 result.error = str(exc)
+            except (PydanticSerializationError, RecursionError):
+                problem = "cannot store the run: a value is nested too deeply"
+                result.error = str(InputError(str(path), problem, runs.count - 1))
             report.files.append(result)
             if on_file:
                 on_file(result)
     return report
+
+
+class _Counted(Iterator[Trajectory]):
+    """An iterator that counts what it has given (to name the run a store error is about)."""
+
+    def __init__(self, items: Iterable[Trajectory]) -> None:
+        self._items = iter(items)
+        self.count = 0
+
+    def __next__(self) -> Trajectory:
+        item = next(self._items)
+        self.count += 1
+        return item
 
 
 BULK_CHECKPOINT_PAGES = 65536

@@ -75,8 +75,10 @@ class Tau2BenchImporter:
 
     def read(self, path: Path) -> Iterator[Trajectory]:
         header = _header(path)
-        tasks = {str(t.get("id")): t for t in header.get("tasks") or [] if isinstance(t, dict)}
-        context = _FileContext(path, header.get("info") or {}, tasks, _submission(path))
+        try:
+            context = _context(path, header)
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise InputError(str(path), record_problem(exc), "header") from exc
         for index, record in _simulations(path, header):
             try:
                 yield context.trajectory(record)
@@ -96,6 +98,20 @@ def _header(path: Path) -> dict[str, Any]:
     if "simulations" not in data and not should_stream(path):
         raise InputError(str(path), "missing field 'simulations'")
     return data
+
+
+def _context(path: Path, header: dict[str, Any]) -> _FileContext:
+    """The file's shared context; a header field of the wrong type is a ValueError."""
+    info, tasks = header.get("info") or {}, header.get("tasks") or []
+    if not isinstance(info, dict):
+        raise ValueError(f"info: expected an object, got {type(info).__name__}")
+    if not isinstance(tasks, list):
+        raise ValueError(f"tasks: expected a list, got {type(tasks).__name__}")
+    for key in ("environment_info", "agent_info"):
+        if not isinstance(info.get(key) or {}, dict):
+            raise ValueError(f"info.{key}: expected an object, got {type(info[key]).__name__}")
+    by_id = {str(t.get("id")): t for t in tasks if isinstance(t, dict)}
+    return _FileContext(path, info, by_id, _submission(path))
 
 
 def _simulations(path: Path, header: dict[str, Any]) -> Iterator[tuple[int, object]]:

@@ -13,7 +13,6 @@ when loaded: only load model files you made or trust.
 
 from __future__ import annotations
 
-import os
 import pickle
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,7 @@ import orjson
 from trajforge.errors import UserError
 from trajforge.monitor.detectors import Detector
 from trajforge.monitor.features import FEATURE_VERSION, feature_names
+from trajforge.outputs import atomic_output
 
 MAGIC = b"TRAJFORGE-MONITOR\n"
 
@@ -39,9 +39,8 @@ def save_detector(detector: Detector, path: str | Path, info: dict[str, Any] | N
         "default_loss": detector.config.default_loss,
     } | (info or {})
     payload = MAGIC + orjson.dumps(header) + b"\n" + pickle.dumps(detector, protocol=5)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(payload)
-    os.replace(tmp, path)
+    with atomic_output(path) as tmp:
+        tmp.write_bytes(payload)
 
 
 def read_header(path: str | Path) -> dict[str, Any]:

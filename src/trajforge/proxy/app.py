@@ -13,7 +13,7 @@ import asyncio
 import hmac
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +34,7 @@ from trajforge.proxy.shaping import ClientAsked, augment, for_client
 from trajforge.proxy.stop import STOP_STATUS, MonitorGate, refusal_message, refusal_response
 from trajforge.proxy.streaming import relay_stream
 from trajforge.proxy.upstream import Upstream, UpstreamError, observed
+from trajforge.proxy.validate import request_problem
 from trajforge.schema import Outcome
 from trajforge.store import Store
 
@@ -173,14 +174,9 @@ class RecordingProxy:
         refused = self._refused(request)
         if refused is not None:
             return refused
-        try:
-            body = orjson.loads(await request.body())
-        except orjson.JSONDecodeError as exc:
-            message = f"request body is not JSON: {exc}"
-            return JSONResponse(error_body(message, "invalid_request_error"), status_code=400)
-        if not isinstance(body, dict):
-            message = "request body must be a JSON object"
-            return JSONResponse(error_body(message, "invalid_request_error"), status_code=400)
+        body = await self._request_body(request, endpoint)
+        if isinstance(body, Response):
+            return body
         context = self._context(request, endpoint, session, body)
         if self.gate is not None:
             stop = await self.gate.check(context.session, endpoint, body)
@@ -192,7 +188,12 @@ class RecordingProxy:
         fault = self.faults.draw(request.headers) if self.faults else None
         try:
             await self._inject_early(fault)
-            answer = await self._send_upstream(context, upstream_body, headers, asked)
+            answer = await until_client_leaves(
+                request, self._send_upstream(context, upstream_body, headers, asked)
+            )
+            if answer is CLIENT_LEFT:
+                await self.record(context, 499, error="client left before the answer")
+                return Response(status_code=499)
             if context.stream:
                 return relay_stream(self, context, answer, asked, truncate=fault == "truncate")
             data = answer
@@ -203,6 +204,27 @@ class RecordingProxy:
             return await self._truncated_plain(context, data, asked)
         await self.record(context, 200, response=data, tokens=tokens_of(data))
         return _JSON(for_client(data, asked))
+
+    async def _request_body(self, request: Request, endpoint: Endpoint) -> dict | Response:
+        """The request's JSON body, or the 400/413 answer to a request that cannot be forwarded
+        (such requests are not recorded: they never reached a model)."""
+        raw = await read_body(request, self.config.max_body_bytes)
+        if raw is None:
+            message = f"request body is larger than {self.config.max_body_bytes} bytes"
+            return JSONResponse(error_body(message, "invalid_request_error"), status_code=413)
+        try:
+            body = orjson.loads(raw)
+        except orjson.JSONDecodeError as exc:
+            problem: str | None = f"request body is not JSON: {exc}"
+        else:
+            problem = (
+                request_problem(endpoint, body)
+                if isinstance(body, dict)
+                else "request body must be a JSON object"
+            )
+        if problem is not None:
+            return JSONResponse(error_body(problem, "invalid_request_error"), status_code=400)
+        return body
 
     async def _send_upstream(
         self, context: CallContext, body: dict, headers: dict, asked: ClientAsked
@@ -313,6 +335,11 @@ class FastPath:
         return None
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":  # every route, /docs and /openapi.json included
+            refused = self.proxy._refused(Request(scope, receive))
+            if refused is not None:
+                await refused(scope, receive, send)
+                return
         route = None
         if scope["type"] == "http" and scope["method"] == "POST":
             route = self._match(scope["path"])
@@ -322,6 +349,45 @@ class FastPath:
         endpoint, session = route
         response = await self.proxy.call_endpoint(Request(scope, receive), endpoint, session)
         await response(scope, receive, send)
+
+
+CLIENT_LEFT = object()
+
+
+async def until_client_leaves(request: Request, work: Awaitable[Any]) -> Any:
+    """`await work`, or `CLIENT_LEFT` (with `work` cancelled) if the client disconnects first.
+
+    The request body has been read, so the next ASGI message is the disconnect.
+    """
+    task = asyncio.ensure_future(work)
+    watcher = asyncio.ensure_future(_disconnected(request))
+    try:
+        await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watcher.cancel()
+    if not task.done():
+        task.cancel()
+        return CLIENT_LEFT
+    return task.result()
+
+
+async def _disconnected(request: Request) -> None:
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+async def read_body(request: Request, limit: int) -> bytes | None:
+    """The request body, or None as soon as it is known to be longer than `limit` bytes."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        return None
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            return None
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def build_proxy_app(config: ProxyConfig, db: str | Path | None = None) -> FastPath:

@@ -73,7 +73,13 @@ class ProxyConfig(BaseModel):
     )
     timeout_s: float = Field(
         default=600.0,
+        gt=0,
         description="Seconds allowed for connecting to the upstream and for each read from it.",
+    )
+    max_body_bytes: int = Field(
+        default=32 * 1024 * 1024,
+        gt=0,
+        description="Largest request body accepted; larger ones get HTTP 413 unread.",
     )
     ask_logprobs: bool = Field(
         default=True, description="Ask the upstream for logprobs even when the client did not."

@@ -34,6 +34,11 @@ IDLE_REFRESH_S = 0.05
 
 
 @dataclass
+class _Failed:
+    error: Exception
+
+
+@dataclass
 class _Job:
     future: Future
     call: CapturedCall | None = None
@@ -131,13 +136,19 @@ class Recorder:
         except Exception as exc:  # the handlers log it and still answer the client
             for job in batch:
                 job.future.set_exception(exc)
-                if job.call is not None:  # reload that session from what was committed
-                    self.sessions.pop(job.call.session, None)
-                    self._dirty.pop(job.call.session, None)
+                self._forget(job)
             return
         for job, result in zip(batch, results, strict=True):
-            if not job.flush:
+            if isinstance(result, _Failed):
+                job.future.set_exception(result.error)
+            elif not job.flush:
                 job.future.set_result(result)
+
+    def _forget(self, job: _Job) -> None:
+        """Drop a job's session state; it is reloaded from what was committed when next met."""
+        if job.call is not None:
+            self.sessions.pop(job.call.session, None)
+            self._dirty.pop(job.call.session, None)
 
     def _maybe_refresh(self, jobs: list[_Job]) -> None:
         flushes = [job for job in jobs if job.flush and not job.future.done()]
@@ -159,24 +170,38 @@ class Recorder:
             log.exception("could not assemble sessions %s", sorted(dirty))
 
     def _commit(self, batch: list[_Job]) -> list[object]:
+        """Write the batch in one transaction, each job in its own savepoint: a job that
+        fails is rolled back alone (its future gets the error) and the others commit."""
         results: list[object] = []
         with self.store.transaction():
             for job in batch:
-                if job.call is not None:
-                    state = self._state(job.call.session)
-                    results.append(self._insert(state, job.call))
-                    self._dirty[state.name] = state
-                elif job.outcome is not None:
-                    state = self._state(job.outcome[0])
-                    state.outcome = job.outcome[1]
-                    self._dirty[state.name] = state
-                    results.append(trajectory_id(state.name))
-                elif job.memory_of is not None:
-                    state = self._state(job.memory_of)
-                    results.append((copy.copy(state.monitor), state.relayed_answers()))
-                else:
-                    results.append(None)
+                self.store.db.execute("SAVEPOINT job")
+                try:
+                    results.append(self._apply(job))
+                except Exception as exc:
+                    self.store.db.execute("ROLLBACK TO job")
+                    self._forget(job)
+                    if job.call is not None:  # rebuilt from the rows kept so far
+                        self._dirty[job.call.session] = self._state(job.call.session)
+                    results.append(_Failed(exc))
+                self.store.db.execute("RELEASE job")
         return results
+
+    def _apply(self, job: _Job) -> object:
+        if job.call is not None:
+            state = self._state(job.call.session)
+            seq = self._insert(state, job.call)
+            self._dirty[state.name] = state
+            return seq
+        if job.outcome is not None:
+            state = self._state(job.outcome[0])
+            state.outcome = job.outcome[1]
+            self._dirty[state.name] = state
+            return trajectory_id(state.name)
+        if job.memory_of is not None:
+            state = self._state(job.memory_of)
+            return copy.copy(state.monitor), state.relayed_answers()
+        return None
 
     def _insert(self, state: SessionState, call: CapturedCall) -> int:
         seq = state.next_seq

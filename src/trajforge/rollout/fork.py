@@ -94,9 +94,9 @@ def fork(
         return finish_stopped(env, child, "user_stop")
     if getattr(env, "done", False):  # the prefix already ended it (a hand-over, say)
         return finish_stopped(env, child, "env_done")
-    return run_episode(
-        env, policy, child.task, user=user, trajectory=child, limits=options.limits
-    ).with_id()
+    return with_run_id(
+        run_episode(env, policy, child.task, user=user, trajectory=child, limits=options.limits)
+    )
 
 
 def prefix_child(parent: Trajectory, at: int, policy: Policy, options: ForkOptions) -> Trajectory:
@@ -183,7 +183,27 @@ def finish_stopped(env: Environment, child: Trajectory, reason: str) -> Trajecto
     """Judge a child whose prefix already ended the episode (user stop, environment done)."""
     child.outcome = env.evaluate()
     child.outcome.termination_reason = reason
-    return child.with_id()
+    return with_run_id(child)
+
+
+def with_run_id(traj: Trajectory) -> Trajectory:
+    """Set the id of a run made here from its content without clock readings.
+
+    Wall time, call latencies and start times differ between two runs that did the same
+    thing; hashing them would store the same fork twice. They stay in the document.
+    """
+    if not traj.id:
+        timeless = traj.model_copy(
+            update={
+                "usage": traj.usage.model_copy(update={"wall_time_s": None}),
+                "llm_calls": [
+                    c.model_copy(update={"latency_s": None, "started_at": None})
+                    for c in traj.llm_calls
+                ],
+            }
+        )
+        traj.id = timeless.content_id()
+    return traj
 
 
 def fork_summary(child: Trajectory) -> dict[str, Any]:

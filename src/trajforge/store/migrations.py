@@ -207,7 +207,30 @@ MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
 
 
 def migrate(db: sqlite3.Connection) -> int:
-    """Run the migrations not yet applied; returns the schema version reached."""
+    """Run the migrations not yet applied; returns the schema version reached.
+
+    All pending migrations and the version bump commit in one `BEGIN IMMEDIATE`
+    transaction, and the version is read again once the write lock is held: a process
+    killed half-way leaves the store as it was, and of two processes creating the same
+    new store at once the second finds the first one's work done. `db` must be in
+    autocommit mode (`isolation_level=None`).
+    """
+    if _version(db) == len(MIGRATIONS):
+        return len(MIGRATIONS)
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        version = _version(db)
+        for migration in MIGRATIONS[version:]:
+            migration(db)
+        db.execute(f"PRAGMA user_version = {len(MIGRATIONS)}")
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
+    db.execute("COMMIT")
+    return len(MIGRATIONS)
+
+
+def _version(db: sqlite3.Connection) -> int:
     version = db.execute("PRAGMA user_version").fetchone()[0]
     if version > len(MIGRATIONS):
         from trajforge.errors import UserError
@@ -216,8 +239,4 @@ def migrate(db: sqlite3.Connection) -> int:
             f"this store has schema version {version}, newer than this trajforge "
             f"({len(MIGRATIONS)}); upgrade trajforge"
         )
-    for number, migration in enumerate(MIGRATIONS[version:], start=version + 1):
-        with db:
-            migration(db)
-            db.execute(f"PRAGMA user_version = {number}")
-    return len(MIGRATIONS)
+    return version

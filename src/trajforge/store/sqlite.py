@@ -17,6 +17,7 @@ from trajforge.errors import UserError
 from trajforge.schema import FORMAT_VERSION, Trajectory
 from trajforge.store.filters import TrajectoryFilter
 from trajforge.store.migrations import migrate
+from trajforge.store.opening import check_is_trajforge, check_store_path, store_error
 
 DEFAULT_DB = "trajforge.db"
 DB_ENV_VAR = "TRAJFORGE_DB"
@@ -132,13 +133,21 @@ class Store:
 
     def __init__(self, path: str | Path | None = None) -> None:
         self.path = Path(path) if path is not None else default_db_path()
-        if str(self.path) != ":memory:" and not self.path.parent.exists():
-            raise UserError(f"store folder does not exist: {self.path.parent}")
+        if str(self.path) != ":memory:":
+            check_store_path(self.path)
         self.db = sqlite3.connect(str(self.path), isolation_level=None, check_same_thread=False)
-        self.db.execute("PRAGMA journal_mode=WAL")
-        self.db.execute("PRAGMA synchronous=NORMAL")
-        self.db.execute("PRAGMA busy_timeout=30000")
-        migrate(self.db)
+        try:
+            self.db.execute("PRAGMA busy_timeout=30000")
+            check_is_trajforge(self.db, self.path)
+            self.db.execute("PRAGMA journal_mode=WAL")
+            self.db.execute("PRAGMA synchronous=NORMAL")
+            migrate(self.db)
+        except sqlite3.Error as exc:
+            self.db.close()
+            raise store_error(self.path, exc) from None
+        except BaseException:
+            self.db.close()
+            raise
         self._depth = 0
 
     def close(self) -> None:

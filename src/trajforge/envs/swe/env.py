@@ -22,7 +22,12 @@ from pydantic import BaseModel, Field
 
 from trajforge.envs.base import StepResult
 from trajforge.envs.swe.repos import Repo, generate_repo
-from trajforge.envs.swe.sandbox import SandboxConfig, run_sandboxed
+from trajforge.envs.swe.sandbox import (
+    SandboxConfig,
+    run_sandboxed,
+    special_entries,
+    workspace_files,
+)
 from trajforge.envs.tool_schema import string_tool
 from trajforge.errors import ToolError, UserError
 from trajforge.schema import Message, Outcome, Task, ToolCall
@@ -142,11 +147,12 @@ class SweEnv:
             path.write_text(text)
 
     def _files(self) -> dict[str, str]:
-        found, workspace = {}, self.workspace
-        for path in sorted(workspace.rglob("*")):
-            if path.is_file() and "__pycache__" not in path.parts:
-                found[str(path.relative_to(workspace))] = path.read_text(errors="replace")
-        return found
+        """The workspace's regular files (links are never followed: an agent's link to
+        `/dev/zero` or to a file outside is not read)."""
+        return {
+            relative: text.decode(errors="replace")
+            for relative, text in workspace_files(self.workspace, self.config.sandbox.file_mb)
+        }
 
     # -- tools ---------------------------------------------------------------------------
     def step(self, call: ToolCall) -> StepResult:
@@ -208,7 +214,13 @@ class SweEnv:
     def evaluate(self) -> Outcome:
         with tempfile.TemporaryDirectory(prefix="swe-eval-", dir=self.config.workdir) as tmp:
             judge = Path(tmp).resolve() / "repo"
-            shutil.copytree(self.workspace, judge)
+            # Links are copied as links, FIFOs and devices left out (never opened on the host).
+            shutil.copytree(self.workspace, judge, symlinks=True, ignore=special_entries)
+            planted = judge / "hidden_tests"  # whatever the agent put there is replaced
+            if planted.is_symlink() or not planted.is_dir():
+                planted.unlink(missing_ok=True)
+            else:
+                shutil.rmtree(planted)
             (judge / "hidden_tests").mkdir()
             (judge / "hidden_tests" / "__init__.py").write_text("")
             (judge / "hidden_tests" / "test_hidden.py").write_text(self.repo.hidden_tests)
@@ -227,7 +239,10 @@ class SweEnv:
         if self._workspace is None:
             self._workspace = self._new_workspace()
         for child in self._workspace.iterdir():
-            shutil.rmtree(child) if child.is_dir() else child.unlink()
+            if child.is_dir() and not child.is_symlink():
+                shutil.rmtree(child)
+            else:
+                child.unlink()
         self._write(files)
 
     def _differing(self) -> list[str]:

@@ -1,0 +1,242 @@
+"""`trajforge train sft`, `serve` and `eval`: train, serve and evaluate a student."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import orjson
+import typer
+from rich import progress as rich_progress
+from rich.table import Table
+
+from trajforge.cli.common import (
+    ApiKeyOption,
+    BaseUrlOption,
+    DbOption,
+    EnvOption,
+    HarnessOption,
+    JsonOption,
+    LimitOption,
+    ModelOption,
+    OutcomeOption,
+    console,
+    err_console,
+    guarded,
+    make_filter,
+    open_store,
+    print_json,
+)
+from trajforge.errors import UserError
+
+train_app = typer.Typer(help="Train a student on trajforge data.", no_args_is_help=True)
+
+DataOption = Annotated[
+    list[Path] | None,
+    typer.Option("--data", help="Chat JSONL dataset (repeatable); default: the store query."),
+]
+
+
+def read_dataset(path: Path) -> list[dict[str, Any]]:
+    """Rows of a chat JSONL file (`messages`, `tools` as a list or a JSON string)."""
+    if not path.is_file():
+        raise UserError(f"{path}: no such dataset file")
+    rows = []
+    for number, line in enumerate(path.read_bytes().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = orjson.loads(line)
+        except orjson.JSONDecodeError as exc:
+            raise UserError(f"{path}: line {number} is not JSON ({exc})") from None
+        if not isinstance(row, dict) or not isinstance(row.get("messages"), list):
+            raise UserError(f"{path}: line {number} has no 'messages' list")
+        tools = row.get("tools") or []
+        if isinstance(tools, str):
+            tools = orjson.loads(tools)
+        rows.append({**row, "tools": tools})
+    return rows
+
+
+def stored_rows(db: Path | None, flt) -> list[dict[str, Any]]:
+    """Training rows of stored runs; a labelled deliberate error is never a target."""
+    from trajforge.generate.recovery import training_row
+
+    with open_store(db) as store:
+        trajs = list(store.query(flt))
+    return [
+        training_row(
+            t,
+            masked=[
+                lb.message_index
+                for lb in t.labels
+                if lb.category == "deliberate_error" and lb.message_index is not None
+            ],
+        )
+        for t in trajs
+    ]
+
+
+def sft_command(
+    out: Annotated[Path, typer.Option("--out", help="Checkpoint directory to write.")],
+    data: DataOption = None,
+    db: DbOption = None,
+    harness: HarnessOption = None,
+    model_filter: ModelOption = None,
+    env: EnvOption = None,
+    outcome: OutcomeOption = None,
+    limit: LimitOption = None,
+    base: Annotated[
+        str, typer.Option("--base", help="'tiny' (from scratch) or a Hugging Face causal LM.")
+    ] = "tiny",
+    steps: Annotated[int, typer.Option("--steps", min=1, help="Optimizer steps.")] = 1200,
+    batch_size: Annotated[int, typer.Option("--batch-size", min=1, help="Rows per step.")] = 16,
+    lr: Annotated[float, typer.Option("--lr", help="Peak learning rate.")] = 1e-3,
+    seed: Annotated[int, typer.Option("--seed", help="Initialisation and data order.")] = 0,
+    save_every: Annotated[int, typer.Option("--save-every", help="Checkpoint interval.")] = 200,
+    hidden: Annotated[int, typer.Option("--hidden", help="tiny: width.")] = 128,
+    layers: Annotated[int, typer.Option("--layers", help="tiny: transformer layers.")] = 4,
+    resume: Annotated[bool, typer.Option("--resume", help="Continue from --out.")] = False,
+) -> None:
+    """Supervised fine-tuning; loss only on assistant turns meant to be learned."""
+    from trajforge.train.evaluate import check_training_tasks
+    from trajforge.train.sft import SFTConfig, train_sft
+
+    flt = make_filter(harness, model_filter, env, None, outcome, limit)
+    rows = [r for path in data for r in read_dataset(path)] if data else stored_rows(db, flt)
+    tasks = sorted({str(r["task_id"]) for r in rows if r.get("task_id")})
+    check_training_tasks(tasks)
+    config = SFTConfig(
+        model=base,
+        steps=steps,
+        batch_size=batch_size,
+        lr=lr,
+        seed=seed,
+        save_every=save_every,
+        hidden=hidden,
+        layers=layers,
+    )
+    bar = rich_progress.Progress(
+        rich_progress.TextColumn("[bold]train"),
+        rich_progress.BarColumn(),
+        rich_progress.MofNCompleteColumn(),
+        rich_progress.TextColumn("loss {task.fields[loss]}"),
+        rich_progress.TimeElapsedColumn(),
+        console=err_console,
+    )
+    with bar:
+        task = bar.add_task("train", total=steps, loss="-")
+        train_sft(
+            [(r["messages"], r["tools"]) for r in rows],
+            out,
+            config,
+            resume=resume,
+            manifest={"name": out.name, "train_tasks": tasks},
+            progress=lambda step, total, loss: bar.update(task, completed=step, loss=f"{loss:.4f}"),
+        )
+    err_console.print(f"wrote checkpoint {out} ({len(rows)} rows, {steps} steps)", highlight=False)
+
+
+train_app.command("sft")(guarded(sft_command))
+
+
+def serve_command(
+    checkpoint: Annotated[Path, typer.Argument(help="Checkpoint directory (train sft --out).")],
+    port: Annotated[int, typer.Option("--port", help="Port to listen on.")] = 8002,
+    host: Annotated[
+        str, typer.Option("--host", help="Interface (loopback default).")
+    ] = "127.0.0.1",
+    max_batch: Annotated[int, typer.Option("--max-batch", help="Requests per batch.")] = 64,
+    max_wait_ms: Annotated[float, typer.Option("--max-wait-ms", help="Batching wait.")] = 5.0,
+) -> None:
+    """Serve a checkpoint as an OpenAI-compatible chat model (tool calls, token ids, logprobs)."""
+    import uvicorn
+
+    from trajforge.serve.app import StudentApp
+    from trajforge.serve.student import Student
+
+    app = StudentApp(Student(checkpoint), max_batch=max_batch, max_wait_ms=max_wait_ms)
+    err_console.print(
+        f"student {checkpoint} on http://{host}:{port}/v1 (Ctrl-C stops)", highlight=False
+    )
+    uvicorn.run(app.app, host=host, port=port, log_level="warning", access_log=False)
+
+
+def eval_command(
+    checkpoint: Annotated[
+        Path | None, typer.Option("--ckpt", help="Evaluate this checkpoint (batched, in-process).")
+    ] = None,
+    policy: Annotated[
+        str | None,
+        typer.Option("--policy", help="Or a policy by name (llm, household-teacher...)."),
+    ] = None,
+    difficulty: Annotated[int, typer.Option("--difficulty", min=1, max=3)] = 1,
+    tasks: Annotated[int, typer.Option("--tasks", min=1, help="Held-out worlds.")] = 300,
+    recovery: Annotated[int, typer.Option("--recovery", min=0, help="Perturbed states.")] = 300,
+    samples: Annotated[int, typer.Option("--samples", min=1, help="Runs per task (pass^k).")] = 1,
+    temperature: Annotated[
+        float, typer.Option("--temperature", help="Sampling temperature.")
+    ] = 0.0,
+    max_steps: Annotated[int, typer.Option("--max-steps", help="Agent steps per episode.")] = 20,
+    trained_on: Annotated[
+        Path | None, typer.Option("--trained-on", help="JSON list of training task ids to avoid.")
+    ] = None,
+    base_url: BaseUrlOption = None,
+    llm_model: Annotated[str | None, typer.Option("--llm-model", help="llm: model name.")] = None,
+    api_key: ApiKeyOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Held-out success (95% CI, pass^k) and recovery from perturbed states (household)."""
+    from trajforge.train.evaluate import EvalConfig, evaluate_checkpoint, evaluate_policy
+
+    if (checkpoint is None) == (policy is None):
+        raise UserError("give exactly one of --ckpt and --policy")
+    config = EvalConfig(
+        difficulty=difficulty,
+        tasks=tasks,
+        recovery=recovery,
+        samples=samples,
+        temperature=temperature,
+        max_steps=max_steps,
+    )
+    avoid = _trained_on(trained_on)
+    if checkpoint is not None:
+        report = evaluate_checkpoint(checkpoint, config, avoid)
+    elif policy is not None:
+        options = {
+            "base_url": base_url,
+            "model": llm_model,
+            "api_key": api_key,
+            "temperature": temperature,
+        }
+        report = evaluate_policy(policy, options, config, avoid)
+    if as_json:
+        print_json(report)
+        return
+    console.print(_report_table(report))
+
+
+def _trained_on(path: Path | None) -> list[str]:
+    if path is None:
+        return []
+    try:
+        value = orjson.loads(path.read_bytes())
+    except (OSError, orjson.JSONDecodeError) as exc:
+        raise UserError(f"{path}: cannot read a JSON list of task ids ({exc})") from None
+    if not isinstance(value, list):
+        raise UserError(f"{path}: expected a JSON list of task ids")
+    return [str(v) for v in value]
+
+
+def _report_table(report: dict[str, Any]) -> Table:
+    table = Table(title=f"{report['policy']} on held-out household d{report['difficulty']}")
+    for column in ("measure", "runs", "rate", "95% CI"):
+        table.add_column(column)
+    for key in ("success", "recovery"):
+        part = report.get(key)
+        if part and part["n"]:
+            ci = f"[{part['ci'][0]:.3f}, {part['ci'][1]:.3f}]"
+            table.add_row(key, str(part["n"]), f"{part['rate']:.3f}", ci)
+    for k, value in report.get("pass_hat_k", {}).items():
+        table.add_row(f"pass^{k}", "", f"{value:.3f}", "")
+    return table

@@ -1,0 +1,320 @@
+"""Chat codecs: chat messages <-> token ids with a loss mask, and generated ids -> a message.
+
+Two codecs, one interface:
+
+- `CompactCodec` (the `tiny` preset): a word-level vocabulary built from the training data
+  and a compact template (a name with its number, such as `cabinet 2`, is one word: entities
+  are copied as one token). Each message is a role token, its words and `<|end|>`; a tool call
+  is `<|call|> name <|arg|> value <|arg|> value`, the values in the order of the tool's
+  schema properties (so `put(object="apple 1", receptacle="countertop 1")` costs 8 tokens,
+  and the tool schemas never enter the prompt). System messages are left out: they are the
+  same in every episode of an environment and carry nothing to learn from.
+- `HFCodec`: any Hugging Face tokenizer with a chat template; tool calls are read back from
+  JSON objects `{"name": ..., "arguments": {...}}` in the generated text (the form most
+  tool-calling templates use, with or without `<tool_call>` tags).
+
+`encode(messages, tools)` returns ids and a mask that is 1 exactly on the tokens of assistant
+messages meant to be learned: an assistant message with `"weight": 0` (the OpenAI
+fine-tuning field) stays in the context but is not a target.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Protocol
+
+import orjson
+
+SPECIALS = (
+    "<|pad|>",
+    "<|unk|>",
+    "<|system|>",
+    "<|user|>",
+    "<|assistant|>",
+    "<|tool|>",
+    "<|end|>",
+    "<|call|>",
+    "<|arg|>",
+)
+_WORD = re.compile(r"[^\W\d]+ \d+\b|\w+|[^\w\s]")
+"""Words, with a name and its number as one token (`cabinet 2`), and single symbols."""
+
+
+class Codec(Protocol):
+    """Turns chats into model tokens and generated tokens back into messages."""
+
+    eos_id: int
+    pad_id: int
+
+    def encode(
+        self, messages: Sequence[dict], tools: Sequence[dict]
+    ) -> tuple[list[int], list[int]]:
+        """Token ids of a whole chat and its loss mask (1 on learned assistant tokens)."""
+        ...
+
+    def prompt(self, messages: Sequence[dict], tools: Sequence[dict]) -> list[int]:
+        """Token ids of a chat followed by the assistant generation prompt."""
+        ...
+
+    def decode(self, ids: Sequence[int], tools: Sequence[dict]) -> dict[str, Any]:
+        """The assistant message (content and tool calls) of generated ids."""
+        ...
+
+    def pieces(self, ids: Sequence[int]) -> list[str]:
+        """Text of each token."""
+        ...
+
+
+def text_of(content: Any) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    return " ".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+
+
+def learned(message: dict) -> bool:
+    """An assistant turn that is a training target (`weight` absent or non-zero)."""
+    return message.get("role") == "assistant" and message.get("weight", 1) != 0
+
+
+def arguments_of(call: dict) -> dict[str, Any]:
+    """Tool-call arguments as a dict, whether stored as an object or a JSON string."""
+    function = call.get("function", call)
+    raw = function.get("arguments") or {}
+    if isinstance(raw, str):
+        try:
+            raw = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            return {"raw": raw}
+    return raw if isinstance(raw, dict) else {"value": raw}
+
+
+def schema_params(tools: Sequence[dict]) -> dict[str, list[str]]:
+    """Parameter names of each tool, in schema order."""
+    params = {}
+    for tool in tools:
+        function = tool.get("function", tool)
+        properties = (function.get("parameters") or {}).get("properties") or {}
+        params[function.get("name", "")] = list(properties)
+    return params
+
+
+def words(text: str) -> list[str]:
+    return _WORD.findall(text)
+
+
+class CompactCodec:
+    """The `tiny` preset's word-level codec (see module docstring)."""
+
+    def __init__(self, vocab: dict[str, int]) -> None:
+        self.vocab = vocab
+        self.inverse = {index: word for word, index in vocab.items()}
+        self.pad_id = vocab["<|pad|>"]
+        self.unk_id = vocab["<|unk|>"]
+        self.eos_id = vocab["<|end|>"]
+
+    @classmethod
+    def build(cls, chats: Iterable[tuple[Sequence[dict], Sequence[dict]]]) -> CompactCodec:
+        """A vocabulary of every word in the chats (and every tool name), specials first."""
+        vocab = {token: index for index, token in enumerate(SPECIALS)}
+        for messages, tools in chats:
+            for token in cls._all_words(messages, tools):
+                vocab.setdefault(token, len(vocab))
+        return cls(vocab)
+
+    @staticmethod
+    def _all_words(messages: Sequence[dict], tools: Sequence[dict]) -> Iterable[str]:
+        yield from schema_params(tools)
+        for message in messages:
+            if message.get("role") == "system":
+                continue
+            yield from words(text_of(message.get("content")))
+            for call in message.get("tool_calls") or []:
+                yield from words(call.get("function", call).get("name", ""))
+                for value in arguments_of(call).values():
+                    yield from words(str(value))
+
+    def _ids(self, text: str) -> list[int]:
+        return [self.vocab.get(word, self.unk_id) for word in words(text)]
+
+    def _special(self, token: str) -> int:
+        return self.vocab[token]
+
+    def _message(self, message: dict, tools: Sequence[dict]) -> list[int]:
+        role = message.get("role", "user")
+        if role == "assistant":
+            return self._assistant(message, tools)
+        token = f"<|{role}|>" if f"<|{role}|>" in self.vocab else "<|user|>"
+        return [self._special(token), *self._ids(text_of(message.get("content"))), self.eos_id]
+
+    def _assistant(self, message: dict, tools: Sequence[dict]) -> list[int]:
+        return [self._special("<|assistant|>"), *self._completion(message, tools)]
+
+    def _completion(self, message: dict, tools: Sequence[dict]) -> list[int]:
+        ids = self._ids(text_of(message.get("content")))
+        order = schema_params(tools)
+        for call in message.get("tool_calls") or []:
+            name = call.get("function", call).get("name", "")
+            ids += [self._special("<|call|>"), *self._ids(name)]
+            args = arguments_of(call)
+            for key in order.get(name) or list(args):
+                if key in args:
+                    ids += [self._special("<|arg|>"), *self._ids(str(args[key]))]
+        return [*ids, self.eos_id]
+
+    def encode(
+        self, messages: Sequence[dict], tools: Sequence[dict]
+    ) -> tuple[list[int], list[int]]:
+        ids: list[int] = []
+        mask: list[int] = []
+        for message in messages:
+            if message.get("role") == "system":
+                continue
+            part = self._message(message, tools)
+            ids += part
+            flag = 1 if learned(message) else 0
+            mask += (
+                [0] + [flag] * (len(part) - 1)
+                if message.get("role") == "assistant"
+                else [0] * len(part)
+            )
+        return ids, mask
+
+    def prompt(self, messages: Sequence[dict], tools: Sequence[dict]) -> list[int]:
+        ids: list[int] = []
+        for message in messages:
+            if message.get("role") != "system":
+                ids += self._message(message, tools)
+        return [*ids, self._special("<|assistant|>")]
+
+    def completion_ids(self, message: dict, tools: Sequence[dict]) -> list[int]:
+        """Ids of an assistant message as a completion (for scoring a given answer)."""
+        return self._completion(message, tools)
+
+    def pieces(self, ids: Sequence[int]) -> list[str]:
+        return [self.inverse.get(i, "<|unk|>") for i in ids]
+
+    def decode(self, ids: Sequence[int], tools: Sequence[dict]) -> dict[str, Any]:
+        """Words up to `<|end|>`; `<|call|>` / `<|arg|>` segments become tool calls."""
+        parts: list[list[str]] = [[]]
+        markers: list[str] = [""]
+        for token in self.pieces(ids):
+            if token == "<|end|>":
+                break
+            if token in ("<|call|>", "<|arg|>"):
+                parts.append([])
+                markers.append(token)
+            else:
+                parts[-1].append(token)
+        content = _join(parts[0])
+        calls: list[dict[str, Any]] = []
+        order = schema_params(tools)
+        for marker, part in zip(markers[1:], parts[1:], strict=True):
+            if marker == "<|call|>":
+                calls.append({"name": "".join(part), "values": []})
+            elif calls:
+                calls[-1]["values"].append(_join(part))
+        message: dict[str, Any] = {"role": "assistant", "content": content or None}
+        if calls:
+            message["tool_calls"] = [_tool_call(call, order) for call in calls]
+        return message
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": "compact", "vocab": self.vocab}
+
+
+def _join(tokens: list[str]) -> str:
+    """Words back to text: spaces between words, none before punctuation."""
+    text = ""
+    for token in tokens:
+        if text and (token[0].isalnum() or token[0] == "_"):
+            text += " "
+        text += token
+    return text
+
+
+def _tool_call(call: dict, order: dict[str, list[str]]) -> dict[str, Any]:
+    keys = order.get(call["name"], [])
+    values = call["values"]
+    arguments = {key: value for key, value in zip(keys, values, strict=False)}
+    for extra, value in enumerate(values[len(keys) :]):
+        arguments[f"arg{extra + len(keys)}"] = value
+    return {"name": call["name"], "arguments": arguments}
+
+
+_JSON_CALL = re.compile(r"\{.*\}", re.DOTALL)
+
+
+class HFCodec:
+    """A Hugging Face tokenizer and its chat template (see module docstring)."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.tokenizer = tokenizer
+        self.eos_id = tokenizer.eos_token_id
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_id
+
+    def _render(
+        self, messages: Sequence[dict], tools: Sequence[dict], generation: bool
+    ) -> list[int]:
+        chat = [_hf_message(m) for m in messages]
+        ids = self.tokenizer.apply_chat_template(
+            chat, tools=list(tools) or None, tokenize=True, add_generation_prompt=generation
+        )
+        return list(ids["input_ids"] if isinstance(ids, Mapping) else ids)
+
+    def encode(
+        self, messages: Sequence[dict], tools: Sequence[dict]
+    ) -> tuple[list[int], list[int]]:
+        """Whole-chat ids; the mask marks the tokens each learned assistant turn adds."""
+        ids = self._render(messages, tools, generation=False)
+        mask = [0] * len(ids)
+        for index, message in enumerate(messages):
+            if not learned(message):
+                continue
+            start = len(self._render(messages[:index], tools, generation=True))
+            end = len(self._render(messages[: index + 1], tools, generation=False))
+            mask[start:end] = [1] * (end - start)
+        return ids, mask
+
+    def prompt(self, messages: Sequence[dict], tools: Sequence[dict]) -> list[int]:
+        return self._render(messages, tools, generation=True)
+
+    def pieces(self, ids: Sequence[int]) -> list[str]:
+        return [self.tokenizer.decode([i]) for i in ids]
+
+    def decode(self, ids: Sequence[int], tools: Sequence[dict]) -> dict[str, Any]:
+        text = self.tokenizer.decode(list(ids), skip_special_tokens=True)
+        calls = []
+        for match in _JSON_CALL.finditer(text):
+            try:
+                value = orjson.loads(match.group(0))
+            except orjson.JSONDecodeError:
+                continue
+            if isinstance(value, dict) and "name" in value:
+                calls.append({"name": value["name"], "arguments": arguments_of(value)})
+        message: dict[str, Any] = {"role": "assistant", "content": None if calls else text}
+        if calls:
+            message["tool_calls"] = calls
+        return message
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": "hf"}
+
+
+def _hf_message(message: dict) -> dict:
+    data = {k: v for k, v in message.items() if k != "weight"}
+    if message.get("tool_calls"):
+        data["tool_calls"] = [
+            {
+                "type": "function",
+                "function": {
+                    "name": c.get("function", c).get("name"),
+                    "arguments": arguments_of(c),
+                },
+            }
+            for c in message["tool_calls"]
+        ]
+    data["content"] = text_of(message.get("content"))
+    return data

@@ -1,0 +1,71 @@
+"""Opening a store file safely: refuse what is not a trajforge store before writing to it."""
+
+from __future__ import annotations
+
+import sqlite3
+import stat
+from pathlib import Path
+
+from trajforge.errors import UserError
+
+SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+def check_store_path(path: Path) -> None:
+    """Raise a one-line `UserError` unless `path` can be (or become) a store file.
+
+    A missing file in an existing folder is fine (a new store); an existing one must be a
+    regular file that is empty or an SQLite database whose size matches its header (a
+    truncated copy is refused before SQLite reports it half-way through a command).
+    """
+    if not str(path) or str(path) == ".":
+        raise UserError("the store path is empty; give a file such as trajforge.db")
+    try:
+        info = path.stat()
+    except FileNotFoundError:
+        if not path.parent.is_dir():
+            raise UserError(f"store folder does not exist: {path.parent}") from None
+        return
+    except OSError as exc:
+        raise UserError(f"{path}: cannot use as a store: {exc.strerror}") from None
+    if stat.S_ISDIR(info.st_mode):
+        raise UserError(f"{path}: is a folder, not a store file")
+    if not stat.S_ISREG(info.st_mode):
+        raise UserError(f"{path}: is not a regular file, cannot be a store")
+    if info.st_size:
+        _check_header(path, info.st_size)
+
+
+def _check_header(path: Path, size: int) -> None:
+    try:
+        with path.open("rb") as handle:
+            header = handle.read(100)
+    except OSError as exc:
+        raise UserError(f"{path}: cannot read the store: {exc.strerror}") from None
+    if not header.startswith(SQLITE_HEADER):
+        raise UserError(f"{path}: not a trajforge store (not an SQLite database)")
+    if len(header) < 100:
+        raise UserError(f"{path}: store file is truncated ({size} bytes)")
+    page_size = int.from_bytes(header[16:18], "big")
+    page_size = 65536 if page_size == 1 else page_size
+    pages = int.from_bytes(header[28:32], "big")
+    valid_count = header[24:28] == header[92:96]
+    if valid_count and pages and size < pages * page_size:
+        raise UserError(
+            f"{path}: store file is truncated ({size} bytes; its header says {pages * page_size})"
+        )
+
+
+def check_is_trajforge(db: sqlite3.Connection, path: Path) -> None:
+    """Refuse an SQLite database made by something else (no schema version, but tables)."""
+    (version,) = db.execute("PRAGMA user_version").fetchone()
+    if version:
+        return
+    (tables,) = db.execute("SELECT count(*) FROM sqlite_master").fetchone()
+    if tables:
+        raise UserError(f"{path}: an SQLite database that is not a trajforge store")
+
+
+def store_error(path: Path, exc: sqlite3.Error) -> UserError:
+    """A one-line error for an SQLite failure while opening the store at `path`."""
+    return UserError(f"{path}: cannot open the store: {exc}")

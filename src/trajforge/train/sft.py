@@ -1,0 +1,236 @@
+"""Supervised fine-tuning on chat rows, loss only on the assistant turns meant to be learned.
+
+A compact training loop of our own rather than TRL's `SFTTrainer`: the data are small and the
+model tiny, and the loop has to be exactly reproducible from a seed, resumable, and cheap on
+CPU. Each step samples `batch_size` rows (seeded), pads them on the right, and takes the mean
+cross-entropy over target tokens (the mask of `Codec.encode`); AdamW with a linear warm-up
+and a cosine decay to a tenth of the peak rate. Every `save_every` steps and at the end the
+checkpoint is written (model, optimizer and step in `state.pt`, the loss log in
+`loss.jsonl`); `resume=True` continues from it with the same data order as an unbroken run.
+
+`preset="tiny"` builds a Llama-style model from scratch (hidden 128, 4 layers, 4 heads by
+default) with a word-level vocabulary built from the rows; any other `model` is a Hugging
+Face causal LM path or name, trained with its own tokenizer and chat template.
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import orjson
+from pydantic import BaseModel, Field
+
+from trajforge.errors import UserError
+from trajforge.serve.codec import Codec, CompactCodec, HFCodec
+from trajforge.serve.student import MANIFEST, MODEL_DIR, read_manifest
+
+STATE_FILE = "state.pt"
+LOSS_FILE = "loss.jsonl"
+Row = tuple[list[dict], list[dict]]
+
+
+class SFTConfig(BaseModel):
+    """What to train and how."""
+
+    model: str = Field(default="tiny", description="'tiny' or a Hugging Face causal LM path.")
+    steps: int = Field(default=1200, ge=1, description="Optimizer steps.")
+    batch_size: int = Field(default=16, ge=1, description="Rows per step.")
+    lr: float = Field(default=1e-3, gt=0, description="Peak learning rate.")
+    warmup: int = Field(default=50, ge=0, description="Linear warm-up steps.")
+    weight_decay: float = Field(default=0.01, ge=0, description="AdamW weight decay.")
+    seed: int = Field(default=0, description="Seed of initialisation and data order.")
+    max_context: int = Field(default=1024, ge=16, description="Longest sequence (tokens).")
+    save_every: int = Field(default=200, ge=1, description="Checkpoint every this many steps.")
+    hidden: int = Field(default=128, description="tiny: width.")
+    layers: int = Field(default=4, description="tiny: transformer layers.")
+    heads: int = Field(default=4, description="tiny: attention heads.")
+    threads: int | None = Field(default=None, description="torch CPU threads (default: torch's).")
+
+
+Progress = Callable[[int, int, float], None]
+
+
+def encode_rows(codec: Codec, rows: Sequence[Row], max_context: int) -> list[tuple]:
+    """(ids, mask) per row, left-truncated to `max_context`; rows with no target are dropped."""
+    encoded = []
+    for messages, tools in rows:
+        ids, mask = codec.encode(messages, tools)
+        ids, mask = ids[-max_context:], mask[-max_context:]
+        if any(mask):
+            encoded.append((ids, mask))
+    return encoded
+
+
+def train_sft(
+    rows: Sequence[Row],
+    out: Path,
+    config: SFTConfig,
+    *,
+    resume: bool = False,
+    manifest: dict[str, Any] | None = None,
+    progress: Progress | None = None,
+) -> Path:
+    """Train on `rows` and write the checkpoint directory `out`; returns `out`."""
+    import torch
+
+    if config.threads:
+        torch.set_num_threads(config.threads)
+    if not rows:
+        raise UserError("no training rows: the dataset is empty")
+    state = _resume_state(out) if resume else None
+    model, codec = _start(rows, out, config, state is not None)
+    data = encode_rows(codec, rows, config.max_context)
+    if not data:
+        raise UserError("no row has a turn to learn (every assistant turn has weight 0)")
+    optimizer = torch.optim.AdamW(
+        model.parameters(), lr=config.lr, weight_decay=config.weight_decay
+    )
+    generator = torch.Generator().manual_seed(config.seed)
+    first = 1
+    if state is not None:
+        optimizer.load_state_dict(state["optimizer"])
+        generator.set_state(state["generator"])
+        first = state["step"] + 1
+    info = {"rows": len(rows), "trained_rows": len(data), **(manifest or {})}
+    log = _LossLog(out / LOSS_FILE, keep_until=first - 1)
+    model.train()
+    for step in range(first, config.steps + 1):
+        rate = _rate(config, step)
+        for group in optimizer.param_groups:
+            group["lr"] = rate
+        loss = _step(model, optimizer, data, codec.pad_id, config.batch_size, generator)
+        log.add(step, loss, rate)
+        if progress:
+            progress(step, config.steps, loss)
+        if step % config.save_every == 0 or step == config.steps:
+            _save(out, model, codec, config, optimizer, generator, step, info, log)
+    return out
+
+
+def _step(model, optimizer, data, pad_id, batch_size, generator) -> float:
+    import torch
+
+    picks = torch.randint(len(data), (batch_size,), generator=generator).tolist()
+    batch = [data[i] for i in picks]
+    width = max(len(ids) for ids, _ in batch)
+    ids = torch.tensor([list(i) + [pad_id] * (width - len(i)) for i, _ in batch])
+    attention = torch.tensor([[1] * len(i) + [0] * (width - len(i)) for i, _ in batch])
+    mask = torch.tensor([list(m) + [0] * (width - len(m)) for _, m in batch], dtype=torch.bool)
+    labels = ids.masked_fill(~mask, -100)
+    loss = model(input_ids=ids, attention_mask=attention, labels=labels).loss
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    optimizer.step()
+    return float(loss.detach())
+
+
+def _rate(config: SFTConfig, step: int) -> float:
+    if step <= config.warmup:
+        return config.lr * step / max(1, config.warmup)
+    progress = (step - config.warmup) / max(1, config.steps - config.warmup)
+    return config.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
+
+
+def _start(rows: Sequence[Row], out: Path, config: SFTConfig, resuming: bool) -> tuple[Any, Codec]:
+    import torch
+
+    torch.manual_seed(config.seed)
+    if resuming:
+        from trajforge.serve.student import Student
+
+        student = Student(out)
+        return student.model, student.codec
+    if config.model == "tiny":
+        codec = CompactCodec.build(rows)
+        return _tiny_model(config, len(codec.vocab)), codec
+    return _hf_model(config.model)
+
+
+def _tiny_model(config: SFTConfig, vocab_size: int) -> Any:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    shape = LlamaConfig(
+        vocab_size=vocab_size,
+        hidden_size=config.hidden,
+        intermediate_size=config.hidden * 2,
+        num_hidden_layers=config.layers,
+        num_attention_heads=config.heads,
+        num_key_value_heads=config.heads,
+        max_position_embeddings=config.max_context,
+        pad_token_id=0,
+        bos_token_id=None,
+        eos_token_id=None,
+        tie_word_embeddings=True,
+    )
+    return LlamaForCausalLM(shape)
+
+
+def _hf_model(name: str) -> tuple[Any, Codec]:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(name)
+        model = AutoModelForCausalLM.from_pretrained(name)
+    except (OSError, ValueError) as exc:
+        raise UserError(f"cannot load Hugging Face model '{name}': {exc}") from None
+    if not tokenizer.chat_template:
+        raise UserError(f"model '{name}': its tokenizer has no chat template")
+    return model, HFCodec(tokenizer)
+
+
+def _resume_state(out: Path) -> dict[str, Any]:
+    import torch
+
+    path = out / STATE_FILE
+    if not path.is_file():
+        raise UserError(f"{out}: nothing to resume (no {STATE_FILE})")
+    read_manifest(out)
+    return torch.load(path, weights_only=False)
+
+
+class _LossLog:
+    """The loss curve, appended each step and written with every checkpoint."""
+
+    def __init__(self, path: Path, keep_until: int) -> None:
+        self.path = path
+        self.rows: list[dict[str, float]] = []
+        if keep_until and path.is_file():
+            lines = path.read_bytes().splitlines()
+            self.rows = [r for r in map(orjson.loads, lines) if r["step"] <= keep_until]
+
+    def add(self, step: int, loss: float, rate: float) -> None:
+        self.rows.append({"step": step, "loss": round(loss, 5), "lr": rate})
+
+    def write(self) -> None:
+        self.path.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in self.rows))
+
+
+def _save(out, model, codec, config, optimizer, generator, step, info, log) -> None:
+    """Write the checkpoint into a temporary directory, then swap it in."""
+    import torch
+
+    out.mkdir(parents=True, exist_ok=True)
+    staging = out / f"{MODEL_DIR}.partial"
+    shutil.rmtree(staging, ignore_errors=True)
+    model.save_pretrained(staging)
+    if isinstance(codec, HFCodec):
+        codec.tokenizer.save_pretrained(staging)
+    shutil.rmtree(out / MODEL_DIR, ignore_errors=True)
+    staging.replace(out / MODEL_DIR)
+    state = {"optimizer": optimizer.state_dict(), "generator": generator.get_state(), "step": step}
+    torch.save(state, out / STATE_FILE)
+    log.write()
+    manifest = {
+        "codec": codec.to_json(),
+        "config": config.model_dump(),
+        "step": step,
+        "max_context": config.max_context,
+        "parameters": sum(p.numel() for p in model.parameters()),
+        **info,
+    }
+    (out / MANIFEST).write_bytes(orjson.dumps(manifest, option=orjson.OPT_INDENT_2))

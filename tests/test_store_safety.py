@@ -1,0 +1,141 @@
+"""Store files: creation survives kills and races; odd --db paths give one error line."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from trajforge.demo import sample_dir
+from trajforge.store import Store
+from trajforge.store.migrations import MIGRATIONS
+
+RUN = sample_dir() / "who-and-when" / "Algorithm-Generated" / "14.json"
+
+# Opens a store whose migrations each take a little while, so a kill lands inside them.
+SLOW_CREATE = """
+import sys, time
+from trajforge.store import migrations
+def slow(migration):
+    def run(db):
+        migration(db)
+        time.sleep(0.02)
+    return run
+migrations.MIGRATIONS[:] = [slow(m) for m in migrations.MIGRATIONS]
+from trajforge.demo import sample_dir
+from trajforge.store import Store
+print("go", flush=True)
+Store(sys.argv[1]).close()
+"""
+
+
+def python(*args: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+
+
+def assert_usable(path: Path) -> None:
+    with Store(path) as store:
+        assert store.count() == 0
+        (version,) = store.db.execute("PRAGMA user_version").fetchone()
+        assert version == len(MIGRATIONS)
+
+
+def test_killed_while_creating_leaves_a_usable_store(tmp_path: Path) -> None:
+    rng = random.Random(12)
+    for attempt in range(12):
+        path = tmp_path / f"k{attempt}.db"
+        child = python("-c", SLOW_CREATE, str(path))
+        assert child.stdout is not None and child.stdout.readline() == "go\n"
+        time.sleep(rng.uniform(0, 0.08))
+        child.send_signal(signal.SIGKILL)
+        child.communicate(timeout=30)
+        assert_usable(path)
+
+
+def test_concurrent_first_use_creates_the_schema_once(tmp_path: Path) -> None:
+    for attempt in range(4):
+        path = tmp_path / f"r{attempt}.db"
+        children = [python("-c", SLOW_CREATE, str(path)) for _ in range(4)]
+        for child in children:
+            _, err = child.communicate(timeout=60)
+            assert child.returncode == 0, err
+        assert_usable(path)
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "trajforge", *args], capture_output=True, text=True, timeout=60
+    )
+
+
+def one_error_line(result: subprocess.CompletedProcess, *words: str) -> None:
+    assert result.returncode == 1, result.stderr
+    assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1, result.stderr
+    for word in words:
+        assert word in result.stderr
+
+
+def make_store(path: Path) -> bytes:
+    Store(path).close()
+    return path.read_bytes()
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "words"),
+    [
+        ("text.db", b"just some notes\n", ["not a trajforge store"]),
+        ("runs.json", b'{"history": []}', ["not a trajforge store"]),
+        ("truncated.db", None, ["truncated"]),
+        ("other.db", "other", ["not a trajforge store"]),
+    ],
+)
+def test_db_that_is_not_a_store(
+    tmp_path: Path, name: str, content: bytes | str | None, words: list[str]
+) -> None:
+    path = tmp_path / name
+    if content is None:
+        full = make_store(tmp_path / "full.db")
+        path.write_bytes(full[: len(full) // 2])
+    elif content == "other":
+        with sqlite3.connect(path) as other:
+            other.execute("CREATE TABLE notes (x)")
+        other.close()
+    else:
+        path.write_bytes(content)
+    before = path.read_bytes()
+    for command in (["ls"], ["stats"], ["import", str(RUN)]):
+        one_error_line(cli(*command, "--db", str(path)), str(path), *words)
+    assert path.read_bytes() == before
+
+
+def test_db_directory_empty_and_special(tmp_path: Path) -> None:
+    one_error_line(cli("ls", "--db", str(tmp_path)), "is a folder")
+    one_error_line(cli("ls", "--db", ""), "store path is empty")
+    one_error_line(cli("stats", "--db", "/dev/null"), "not a regular file")
+    one_error_line(cli("import", str(RUN), "--db", str(tmp_path / "no" / "a.db")), "does not exist")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="read-only files are writable by root only")
+def test_db_read_only_file_is_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "ro.db"
+    make_store(path)
+    path.chmod(0o444)
+    os.chmod(tmp_path, 0o555)
+    try:
+        result = subprocess.run(
+            ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable,
+             "-m", "trajforge", "import", str(RUN), "--db", str(path)],
+            capture_output=True, text=True, timeout=60, env=os.environ | {"HOME": "/tmp"},
+        )  # fmt: skip
+    finally:
+        os.chmod(tmp_path, 0o755)
+    assert result.returncode == 1 and result.stderr.count("\n") == 1, result.stderr

@@ -1,0 +1,116 @@
+"""A trained tiny student served on loopback: tool calls, tokens, logprobs, batching."""
+
+from __future__ import annotations
+
+import json
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import openai
+import orjson
+from typer.testing import CliRunner
+
+from trajforge.cli.main import app
+from trajforge.envs.household import HouseholdEnv, task_for
+from trajforge.envs.household.tools import TOOL_NAMES, TOOLS
+from trajforge.models.serve import BackgroundServer
+from trajforge.proxy import ProxyConfig, ProxyServer
+from trajforge.proxy.session import trajectory_id
+from trajforge.serve.app import StudentApp
+from trajforge.serve.student import Student
+from trajforge.store import Store
+
+
+def _opening(seed: int) -> list[dict]:
+    env = HouseholdEnv()
+    return [{"role": m.role, "content": m.content} for m in env.reset(task_for(seed, 1))]
+
+
+def _valid_call(message) -> bool:
+    calls = message.tool_calls or []
+    return bool(calls) and all(
+        c.function.name in TOOL_NAMES and isinstance(json.loads(c.function.arguments), dict)
+        for c in calls
+    )
+
+
+def test_batched_generation_equals_one_at_a_time(student_dir: Path) -> None:
+    student = Student(student_dir)
+    prompts = [student.codec.prompt(_opening(seed), TOOLS) for seed in (1_000_000, 1_000_001)]
+    prompts.append(prompts[0][:-9] + prompts[0][-1:])  # a shorter prompt, padded in the batch
+    together = student.generate(prompts)
+    alone = [student.generate([p])[0] for p in prompts]
+    assert [g.token_ids for g in together] == [g.token_ids for g in alone]
+    for a, b in zip(together, alone, strict=True):
+        assert all(abs(x - y) < 1e-4 for x, y in zip(a.logprobs, b.logprobs, strict=True))
+
+
+def test_served_student_answers_tool_calls_with_tokens_through_the_proxy(
+    student_dir: Path, tmp_path: Path
+) -> None:
+    served = StudentApp(Student(student_dir), max_wait_ms=20)
+    db = tmp_path / "proxy.db"
+    server = BackgroundServer(served.app).start()
+    try:
+        upstream = f"{server.url}/v1"
+        direct = openai.OpenAI(base_url=upstream, api_key="x", max_retries=0)
+        with ThreadPoolExecutor(8) as pool:
+            answers = list(pool.map(
+                lambda seed: direct.chat.completions.create(
+                    model="student", messages=_opening(1_000_000 + seed), tools=TOOLS,
+                    logprobs=True),
+                range(8)))  # fmt: skip
+        assert sum(served.batches) == 8
+        first = answers[0].model_dump()
+        assert first["prompt_token_ids"] and first["choices"][0]["token_ids"]
+        assert len(first["choices"][0]["logprobs"]["content"]) == len(
+            first["choices"][0]["token_ids"]
+        )
+        assert all(_valid_call(a.choices[0].message) for a in answers)
+        with ProxyServer(ProxyConfig(upstream=upstream), db) as proxy:
+            client = openai.OpenAI(base_url=proxy.session_url("s1"), api_key="x", max_retries=0)
+            reply = client.chat.completions.create(
+                model="student", messages=_opening(1_000_003), tools=TOOLS
+            )
+    finally:
+        server.stop()
+    assert _valid_call(reply.choices[0].message)
+    (call,) = Store(db).get(trajectory_id("s1")).llm_calls
+    assert call.prompt_token_ids and call.completion_token_ids and call.logprobs
+
+
+def test_rollout_with_the_llm_policy_runs_household_episodes(
+    student_dir: Path, tmp_path: Path
+) -> None:
+    tasks = tmp_path / "tasks.json"
+    tasks.write_text(
+        json.dumps([f"household-d1-{seed}" for seed in (1_000_000, 1_000_001, 1_000_002)])
+    )
+    served = StudentApp(Student(student_dir))
+    server = BackgroundServer(served.app).start()
+    try:
+        args = ["rollout", "--env", "household", "--tasks", str(tasks), "--policy", "llm", "--json",
+                "--base-url", f"{server.url}/v1", "--llm-model", "student",
+                "--db", str(tmp_path / "r.db"), "--max-steps", "6"]  # fmt: skip
+        result = CliRunner().invoke(app, args)
+    finally:
+        server.stop()
+    assert result.exit_code == 0, result.output
+    assert orjson.loads(result.stdout)["episodes"] == 3
+    with Store(tmp_path / "r.db") as store:
+        runs = list(store.query())
+    assert len(runs) == 3
+    first_moves = [r.messages[r.assistant_indices()[0]] for r in runs]
+    assert all(m.tool_calls and m.tool_calls[0].name in TOOL_NAMES for m in first_moves)
+    assert all(len(r.llm_calls) == len(r.assistant_indices()) for r in runs)
+
+
+def test_lockstep_with_a_reused_cache_equals_full_recomputation(student_dir: Path) -> None:
+    from trajforge.train.evaluate import fresh_starts, held_out_tasks, run_lockstep
+
+    student = Student(student_dir)
+    tasks = held_out_tasks(HouseholdEnv(), 6, 1)
+    cached = run_lockstep(student, fresh_starts(HouseholdEnv, tasks), 8)
+    full = run_lockstep(student, fresh_starts(HouseholdEnv, tasks), 8, reuse_cache=False)
+    for a, b in zip(cached, full, strict=True):
+        assert [m.model_dump() for m in a.messages] == [m.model_dump() for m in b.messages]
