@@ -1,6 +1,6 @@
 """The learning lab: what does each kind of trajforge data do to a student?
 
-    python bench/learning_loop.py [--quick] [--seeds 3] [--steps 300] [--jobs 3]
+    python bench/learning_loop.py [--quick] [--seeds 3] [--steps 500] [--jobs 6] [--report PARTIAL]
                                   [--out bench/results/learning_loop.json]
 
 Students (the `tiny` preset: a ~0.7M-parameter Llama-style model trained from scratch with a
@@ -263,7 +263,9 @@ def _kinds(rows: list[dict]) -> dict[str, int]:
 def summarize(per_seed: dict[int, dict[str, Any]], arm_names: list[str]) -> dict[str, Any]:
     arms = {}
     for name in arm_names:
-        runs = [per_seed[s][name] for s in sorted(per_seed)]
+        runs = [per_seed[s][name] for s in sorted(per_seed) if name in per_seed[s]]
+        if not runs:
+            continue
         success = [x for r in runs for x in r["success"]]
         recovery = [x for r in runs for x in r["recovery"]]
         arms[name] = {
@@ -276,8 +278,8 @@ def summarize(per_seed: dict[int, dict[str, Any]], arm_names: list[str]) -> dict
             "rows_by_seed": [r["rows"] for r in runs],
             "final_loss_by_seed": [round(r["final_loss"], 4) for r in runs],
         }
-    if "E" in arm_names:
-        for name in arm_names:
+    if "E" in arms:
+        for name in arms:
             if name != "E":
                 arms[name]["vs_E"] = {
                     key: paired_difference(per_seed, name, "E", key)
@@ -288,7 +290,9 @@ def summarize(per_seed: dict[int, dict[str, Any]], arm_names: list[str]) -> dict
 
 def paired_difference(per_seed, arm: str, base: str, key: str, draws: int = 2000) -> dict:
     """Mean difference over seeds, 95% bootstrap interval resampling test items (paired)."""
-    seeds = sorted(per_seed)
+    seeds = [s for s in sorted(per_seed) if arm in per_seed[s] and base in per_seed[s]]
+    if not seeds:
+        return None
     a = [per_seed[s][arm][key] for s in seeds]
     b = [per_seed[s][base][key] for s in seeds]
     items = len(a[0])
@@ -320,7 +324,7 @@ def table(arms: dict[str, Any]) -> str:
             f"{arm['recovery']:.3f} [{arm['recovery_ci'][0]:.3f}, {arm['recovery_ci'][1]:.3f}]",
         ]
         for key in ("success", "recovery"):
-            d = versus.get(key)
+            d = versus.get(key) if versus else None
             cells.append(f"{d['diff']:+.3f} [{d['ci'][0]:+.3f}, {d['ci'][1]:+.3f}]" if d else "")
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
@@ -334,6 +338,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=6, help="Arms trained in parallel.")
     parser.add_argument("--arms", default=",".join(a.name for a in ARMS))
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument(
+        "--report", type=Path, help="Only summarize a .partial.json of an unfinished run."
+    )
     args = parser.parse_args(argv)
     config = LabConfig()
     if args.quick:
@@ -351,19 +358,41 @@ def main(argv: list[str] | None = None) -> int:
     seeds = list(range(args.seeds))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     partial = args.out.with_suffix(".partial.json")
-    per_seed = run_all(config, seeds, names, args.jobs, partial)
+    if args.report:
+        loaded = orjson.loads(args.report.read_bytes())
+        per_seed = {int(seed): runs for seed, runs in loaded.items()}
+    else:
+        per_seed = run_all(config, seeds, names, args.jobs, partial)
+    command = "python bench/learning_loop.py " + " ".join(
+        argv if argv is not None else sys.argv[1:]
+    )
+    result = report(per_seed, names, config, command, time.time() - started)
+    args.out.write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2))
+    if not args.report:
+        partial.unlink(missing_ok=True)
+    print(table(result["arms"]))
+    print(
+        f"test worlds {result['test_worlds']}, recovery states {result['recovery_states']}, "
+        f"seeds {result['seeds']}, complete {result['complete']}; wrote {args.out}"
+    )
+    return 0
+
+
+def report(per_seed, names: list[str], config: LabConfig, command: str, wall: float) -> dict:
+    """The JSON result; `complete` is false when some (arm, seed) has no result."""
     arms = summarize(per_seed, names)
-    first = per_seed[seeds[0]][names[0]]
-    result = {
-        "command": "python bench/learning_loop.py "
-        + " ".join(argv if argv is not None else sys.argv[1:]),
+    done = [r for runs in per_seed.values() for r in runs.values()]
+    return {
+        "command": command,
+        "complete": all(name in runs for runs in per_seed.values() for name in names),
         "arms": arms,
-        "test_worlds": len(first["success"]),
-        "recovery_states": len(first["recovery"]),
-        "seeds": len(seeds),
+        "test_worlds": len(done[0]["success"]) if done else 0,
+        "recovery_states": len(done[0]["recovery"]) if done else 0,
+        "seeds": len(per_seed),
+        "seeds_done": {name: sum(name in runs for runs in per_seed.values()) for name in names},
         "config": config.__dict__,
         "about": {arm.name: arm.about for arm in ARMS if arm.name in names},
-        "wall_s": round(time.time() - started, 1),
+        "wall_s": round(wall, 1),
         "per_seed": {
             str(seed): {
                 name: {k: v for k, v in r.items() if k not in ("test_tasks", "recovery_tasks")}
@@ -372,15 +401,6 @@ def main(argv: list[str] | None = None) -> int:
             for seed, runs in per_seed.items()
         },
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2))
-    partial.unlink(missing_ok=True)
-    print(table(arms))
-    print(
-        f"test worlds {result['test_worlds']}, recovery states {result['recovery_states']}, "
-        f"seeds {len(seeds)}, {result['wall_s']:.0f}s; wrote {args.out}"
-    )
-    return 0
 
 
 if __name__ == "__main__":

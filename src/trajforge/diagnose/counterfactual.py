@@ -89,8 +89,7 @@ def expert_succeeds(env: Environment, traj: Trajectory, cut: int) -> bool:
 def expert_action_before(env: Environment, traj: Trajectory, index: int) -> Message | None:
     """The oracle's action in the state before message `index`, as an assistant message."""
     replay_to(env, traj, index)
-    if hasattr(env, "bind_conversation"):
-        env.bind_conversation(list(traj.messages[:index]))
+    env.bind_conversation(list(traj.messages[:index]))
     action = env.expert_action() if isinstance(env, Oracle) else None
     if isinstance(action, ToolCall):
         call = action.model_copy(update={"id": f"correction_{index}"})

@@ -26,13 +26,22 @@ def is_failure(traj: Trajectory) -> bool:
 
 
 def select_failures(store: Store, flt: TrajectoryFilter) -> list[Trajectory]:
-    """The failed runs matching `flt`; a clear error when there are none."""
-    matched = list(store.query(flt))
+    """The failed runs matching `flt`; a clear error when there are none.
+
+    `flt.limit` counts failures, not runs read: `--limit 2` gives two failed runs when the
+    filter matches at least two.
+    """
+    matched, failures = 0, []
+    for traj in store.query(flt.model_copy(update={"limit": None})):
+        matched += 1
+        if is_failure(traj):
+            failures.append(traj)
+            if flt.limit is not None and len(failures) >= flt.limit:
+                break
     if not matched:
         raise UserError("no trajectories match the filter; check the options (trajforge ls)")
-    failures = [t for t in matched if is_failure(t)]
     if not failures:
-        which = matched[0].id if len(matched) == 1 else f"all {len(matched)} matching runs"
+        which = "the matching run" if matched == 1 else f"all {matched} matching runs"
         raise UserError(f"nothing to diagnose: {which} succeeded (diagnose reads failed runs)")
     return failures
 

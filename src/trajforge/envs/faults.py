@@ -187,6 +187,12 @@ class FaultyEnvironment:
     def tools(self) -> list[dict[str, Any]]:
         return self.inner.tools
 
+    def bind_conversation(self, messages: list[Message]) -> None:
+        self.inner.bind_conversation(messages)
+
+    def close(self) -> None:
+        self.inner.close()
+
     def reset(self, task: Task) -> list[Message]:
         opening = self.inner.reset(task)
         self.rng = random.Random(f"faults/{self.seed}/{task.id}")

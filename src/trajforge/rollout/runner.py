@@ -21,12 +21,12 @@ import time
 import traceback
 from collections import Counter
 from collections.abc import Callable, Iterable
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import orjson
 from pydantic import BaseModel, Field
 
-from trajforge.envs.base import ConversationBinding
+from trajforge.envs.base import Environment
 from trajforge.envs.faults import parse_fault_spec, with_faults
 from trajforge.rollout.episode import Limits, run_episode, start_trajectory
 from trajforge.rollout.factory import (
@@ -110,8 +110,7 @@ def run_episode_spec(spec: EpisodeSpec) -> Trajectory:
         env = with_faults(make_env(spec.env), parse_fault_spec(spec.faults or None), seed)
         policy = make_policy(spec.policy, spec.options, seed)
         traj = start_trajectory(env, spec.task, source)
-        if isinstance(env, ConversationBinding):
-            env.bind_conversation(traj.messages)
+        env.bind_conversation(traj.messages)
         user = None
         if needs_user(traj.messages):
             user = make_user(env)
@@ -174,10 +173,9 @@ def _setup_failure(spec: EpisodeSpec, source: Source, exc: Exception, wall: floa
     return traj
 
 
-def _close(env: Any) -> None:
-    close = getattr(env, "close", None)
-    if callable(close):
-        close()
+def _close(env: Environment | None) -> None:
+    if env is not None:
+        env.close()
 
 
 def _stamp(traj: Trajectory, spec: EpisodeSpec, seed: int) -> None:

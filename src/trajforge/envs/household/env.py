@@ -16,7 +16,7 @@ from typing import Any
 import orjson
 from pydantic import BaseModel, Field
 
-from trajforge.envs.base import StepResult
+from trajforge.envs.base import EnvironmentBase, StepResult
 from trajforge.envs.household import oracle
 from trajforge.envs.household.tools import TOOL_NAMES, TOOLS
 from trajforge.envs.household.world import FLAG, Goal, Layout, State, generate_world, goal_met
@@ -79,7 +79,7 @@ class Episode:
         return Episode(self.layout, self.goal, self.state.copy(), self.plan, self.planned)
 
 
-class HouseholdEnv:
+class HouseholdEnv(EnvironmentBase):
     """See module docstring. Implements Environment, Oracle, TaskSet and a distractor."""
 
     name = NAME

@@ -20,7 +20,7 @@ from typing import Any
 import orjson
 from pydantic import BaseModel, Field
 
-from trajforge.envs.base import StepResult
+from trajforge.envs.base import EnvironmentBase, StepResult
 from trajforge.envs.swe.repos import Repo, generate_repo
 from trajforge.envs.swe.sandbox import (
     SandboxConfig,
@@ -80,7 +80,7 @@ def task_for(seed: int) -> Task:
     )
 
 
-class SweEnv:
+class SweEnv(EnvironmentBase):
     """See module docstring. Implements Environment, Oracle and TaskSet."""
 
     name = NAME

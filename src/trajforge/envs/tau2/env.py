@@ -26,7 +26,7 @@ from typing import Any
 
 import orjson
 
-from trajforge.agents.base import USER_STOP
+from trajforge.envs.base import USER_STOP
 from trajforge.envs.tau.db import TauDB
 from trajforge.envs.tau.env import TauEnv
 from trajforge.envs.tau.tooling import run_tool

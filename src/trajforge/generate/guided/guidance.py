@@ -62,9 +62,7 @@ def oracle_plan(env: Environment, max_steps: int = 30) -> list[str] | None:
         return None
     plan: list[str] = []
     said: list[Message] = []
-    bind = getattr(env, "bind_conversation", None)
-    if callable(bind):
-        bind(said)
+    env.bind_conversation(said)
     for _ in range(max_steps):
         if env.distance() in (0, None):
             break
