@@ -2,7 +2,8 @@
 
 Layer order, lowest first (a module may import only from its own layer or a lower one):
 
-    0  core      schema, errors, registry, stats, jsonfile, openai_wire (top-level modules)
+    0  core      schema, errors, registry, stats, jsonfile, openai_wire, outputs, version
+                 (top-level modules)
     1  store
     2  importers, models
     3  envs
@@ -27,7 +28,7 @@ from pathlib import Path
 SRC = Path(__file__).resolve().parents[1] / "src" / "trajforge"
 
 LAYERS: list[set[str]] = [
-    {"schema", "errors", "registry", "stats", "jsonfile", "openai_wire", "outputs"},
+    {"schema", "errors", "registry", "stats", "jsonfile", "openai_wire", "outputs", "version"},
     {"store"},
     {"importers", "models"},
     {"envs"},

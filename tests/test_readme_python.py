@@ -38,7 +38,7 @@ def test_the_readme_python_example_runs_as_written(tmp_path: Path) -> None:
     assert exported == 8 + 1 + 6  # imported runs, the fork, the rollout's episodes
 
 
-def test_import_trajforge_loads_only_the_schema() -> None:
+def test_import_trajforge_loads_only_the_schema_and_version() -> None:
     code = (
         "import json, sys, trajforge\n"
         "print(json.dumps([sorted(m for m in sys.modules if m.startswith('trajforge')),"
@@ -48,7 +48,7 @@ def test_import_trajforge_loads_only_the_schema() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
     )
     loaded, heavy = json.loads(out.stdout.splitlines()[-1])
-    assert loaded == ["trajforge", "trajforge.schema"]
+    assert loaded == ["trajforge", "trajforge.schema", "trajforge.version"]
     assert heavy == []
 
 

@@ -51,6 +51,7 @@ from trajforge.schema import (
     Trajectory,
     Usage,
 )
+from trajforge.version import __version__
 
 if TYPE_CHECKING:
     from trajforge.agents import POLICIES, Policy
@@ -68,7 +69,6 @@ if TYPE_CHECKING:
     from trajforge.rollout.runner import BatchSummary, RolloutConfig, run_batch
     from trajforge.store import Store, TrajectoryFilter
 
-__version__ = "0.1.0"
 
 _LAZY = {
     "trajforge.store": ("Store", "TrajectoryFilter"),
