@@ -154,13 +154,17 @@ def _run(db, flt, make_localizer, json_out) -> None:
 
 
 def diagnoses_table(diagnoses: list[Diagnosis]) -> Table:
-    table = Table(title=f"{len(diagnoses)} diagnoses")
+    table = Table(
+        title=f"{len(diagnoses)} diagnoses",
+        caption="step: the decisive assistant step; N+ = an omission (the run ended at step N "
+        "without the action it needed); - = none found",
+    )
     for column in ("trajectory", "step", "agent", "category", "verified", "by", "method"):
         table.add_column(column)
     for d in diagnoses:
         verdict = "[green]yes" if d.verified else "[red]no"
         table.add_row(
-            d.trajectory_id[:12],
+            d.trajectory_id,
             "-" if d.step is None else str(d.step) + ("+" if d.omission else ""),
             d.agent or "",
             d.category or "",

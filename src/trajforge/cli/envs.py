@@ -88,8 +88,15 @@ def _show_state(ids: list[str], at: int, db: Path | None, json_out: bool) -> Non
         f"state {str(report.get('state_hash', '?'))[:12]}, distance {report.get('distance', '?')}",
         markup=False,
     )
+    console.print(DISTANCE_LEGEND, markup=False)
     for change in report.get("changed", []):
         console.print(f"  {change['table']} {change['key']}: {change['record']}", markup=False)
+
+
+DISTANCE_LEGEND = (
+    "  (distance: the oracle's count of gold writes still missing, +1 while a required answer is "
+    "unsaid; 0 = solved, None = the database left every gold path)"
+)
 
 
 def print_replay(summary: ReplaySummary, console: Console) -> None:

@@ -46,6 +46,8 @@ class DriftAudit(BaseModel):
 
 
 def _common_prefix(left: list, right: list) -> int:
+    if right[: len(left)] == left:  # the usual case, compared at C speed
+        return len(left)
     count = 0
     for a, b in zip(left, right, strict=False):
         if a != b:
