@@ -165,7 +165,7 @@ def compact_llm_calls(calls: list[LLMCall]) -> list[LLMCall]:
     for call in calls:
         ids = call.prompt_token_ids
         shared = _shared_prefix(base, ids) if base is not None and ids is not None else 0
-        if shared:
+        if shared and ids is not None:
             update = {"prompt_token_ids": ids[shared:], "prompt_token_prefix": shared}
             compact.append(call.model_copy(update=update))
         else:
