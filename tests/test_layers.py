@@ -61,9 +61,7 @@ ALLOWED_CYCLE_EDGES: set[tuple[str, str]] = {
 ALLOWED_FORBIDDEN: set[tuple[str, str]] = set()
 ALLOWED_SQL: set[str] = {
     "trajforge.diagnose.storage",
-    "trajforge.importers.pipeline",
     "trajforge.proxy.recorder",
-    "trajforge.rollout.runner",
 }
 
 

@@ -230,14 +230,7 @@ def summarize(
 
 def stored_episodes(store: Store, env: str) -> dict[str, tuple[str, str | None]]:
     """Episode key → (trajectory id, termination reason) of this environment's rollouts."""
-    rows = store.db.execute(
-        "SELECT id, json_extract(CAST(doc AS TEXT), '$.metadata.episode_key'), "
-        "json_extract(CAST(doc AS TEXT), '$.outcome.termination_reason') "
-        "FROM trajectories WHERE harness = ? AND json_extract(CAST(doc AS TEXT), "
-        "'$.metadata.env') = ?",
-        (HARNESS, env),
-    )
-    return {key: (traj_id, reason) for traj_id, key, reason in rows if key}
+    return store.episodes(HARNESS, env)
 
 
 class Progress:
