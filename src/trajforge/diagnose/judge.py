@@ -40,10 +40,13 @@ from trajforge.schema import Message, ToolCall, Trajectory
 REPORT_TOOL = "report_diagnosis"
 
 
+JudgeMode = Literal["all-at-once", "step-by-step"]
+
+
 class JudgeConfig(BaseModel):
     """How the judge reads a run."""
 
-    mode: Literal["all-at-once", "step-by-step"] = Field(
+    mode: JudgeMode = Field(
         default="all-at-once", description="One call for the whole run, or one per agent step."
     )
     max_chars: int = Field(default=3000, description="Longer messages are shortened.")
@@ -120,7 +123,7 @@ class LLMJudge:
     def __init__(
         self,
         model: ChatModel | None = None,
-        mode: str = "all-at-once",
+        mode: JudgeMode = "all-at-once",
         config: JudgeConfig | None = None,
     ) -> None:
         if model is None:
@@ -128,7 +131,7 @@ class LLMJudge:
 
             model = OpenAICompatibleModel()
         self.model = model
-        self.config = config or JudgeConfig(mode=mode)  # type: ignore[arg-type]
+        self.config = config or JudgeConfig(mode=mode)
 
     def check(self, traj: Trajectory) -> None:
         return None
@@ -240,7 +243,7 @@ def to_diagnosis(
 ) -> Diagnosis:
     """A diagnosis from the judge's answer; an unusable answer gives step None and why."""
     step = report.get("step") if report else None
-    if not isinstance(step, int) or not 0 <= step < len(traj.messages):
+    if report is None or not isinstance(step, int) or not 0 <= step < len(traj.messages):
         why = "no structured answer" if report is None else f"step {step!r} is not in the run"
         return Diagnosis(
             trajectory_id=traj.id,

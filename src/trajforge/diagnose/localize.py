@@ -66,8 +66,10 @@ class AutoLocalizer:
     def localize(self, traj: Trajectory) -> Diagnosis | None:
         from trajforge.diagnose.forking import forkable
 
-        chosen = self.counterfactual if forkable(traj) else self.heuristic
-        return chosen.localize(traj) or no_decisive_error(traj.id, chosen.name)
+        if forkable(traj):
+            found = self.counterfactual.localize(traj)
+            return found or no_decisive_error(traj.id, "counterfactual")
+        return self.heuristic.localize(traj) or no_decisive_error(traj.id, "heuristic")
 
 
 LOCALIZERS: Registry[type] = Registry("diagnosis method")

@@ -65,10 +65,11 @@ def verify(traj: Trajectory, diagnosis: Diagnosis) -> Verification:
 def recorded_method(name: str) -> Method:
     """The diagnosis method a localizer named `name` records; an unknown name is an error
     (never recorded as another method)."""
-    if name not in get_args(Method):
+    method: Method | None = next((m for m in get_args(Method) if m == name), None)
+    if method is None:
         known = ", ".join(get_args(Method))
         raise UserError(f"localizer '{name}': its name must be a diagnosis method ({known})")
-    return name  # type: ignore[return-value]
+    return method
 
 
 def diagnose_run(traj: Trajectory, localizer: Localizer) -> Diagnosis:

@@ -83,17 +83,18 @@ class RolloutConfig(BaseModel):
 
     def specs(self) -> list[EpisodeSpec]:
         faults = parse_fault_spec(self.faults).spec()
-        common = {
-            "env": self.env,
-            "policy": self.policy,
-            "options": self.options,
-            "seed": self.seed,
-            "faults": faults,
-            "limits": self.limits,
-            "run": self.run,
-        }
         return [
-            EpisodeSpec(task=task, sample=sample, **common)
+            EpisodeSpec(
+                env=self.env,
+                task=task,
+                policy=self.policy,
+                options=self.options,
+                sample=sample,
+                seed=self.seed,
+                faults=faults,
+                limits=self.limits,
+                run=self.run,
+            )
             for task in self.tasks
             for sample in range(self.n)
         ]
