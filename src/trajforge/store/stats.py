@@ -6,7 +6,8 @@ from collections import defaultdict
 from statistics import median, quantiles
 from typing import Any
 
-from trajforge.store import Store, TrajectoryFilter, TrajectoryRow
+from trajforge.store.filters import TrajectoryFilter
+from trajforge.store.sqlite import Store, TrajectoryRow
 
 
 def _group(rows: list[TrajectoryRow], key: str) -> list[dict[str, Any]]:
