@@ -30,9 +30,9 @@ from pydantic import BaseModel, Field
 from trajforge.diagnose.evidence import speaker
 from trajforge.diagnose.model import Correction, Diagnosis, Evidence
 from trajforge.diagnose.taxonomy import CATEGORIES, taxonomy_text
+from trajforge.diagnose.transcript import transcript
 from trajforge.diagnose.validation import Finding, render, validation_log
 from trajforge.errors import UserError
-from trajforge.generate.views import transcript
 from trajforge.models.base import ChatModel
 from trajforge.models.structured import function_answer
 from trajforge.schema import Message, ToolCall, Trajectory

@@ -24,8 +24,8 @@ import openai
 from pydantic import BaseModel, Field
 from sklearn.metrics import average_precision_score, roc_auc_score
 
+from trajforge.diagnose.transcript import transcript
 from trajforge.errors import UserError
-from trajforge.generate.views import transcript
 from trajforge.models.base import ChatModel
 from trajforge.models.structured import function_answer
 from trajforge.monitor.steps import require_steps
