@@ -223,7 +223,7 @@ def measure(
         values.sort()
         results[name] = {
             "p50_ms": 1000 * statistics.median(values),
-            "p99_ms": 1000 * values[min(len(values) - 1, int(0.99 * len(values)))],
+            "p99_ms": 1000 * statistics.quantiles(values, n=100, method="inclusive")[-1],
             "rps": len(values) / walls[name],
             "cpu_ms": 1000 * cpus[name] / len(values),
             "failed": failures[name],

@@ -12,6 +12,7 @@ with, and readers refuse versions newer than their own.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable
 from typing import Any, Literal
 
 import orjson
@@ -85,6 +86,23 @@ class Usage(_Model):
     cost: float | None = Field(default=None, description="Cost in US dollars, when known.")
     wall_time_s: float | None = Field(default=None, description="Wall-clock seconds.")
 
+    @classmethod
+    def summed(
+        cls, usages: Iterable[Usage], cost: float | None = None, wall_time_s: float | None = None
+    ) -> Usage:
+        """The token counts of several calls added up (a missing count adds 0)."""
+        prompt = completion = 0
+        for usage in usages:
+            prompt += usage.prompt_tokens or 0
+            completion += usage.completion_tokens or 0
+        return cls(
+            prompt_tokens=prompt,
+            completion_tokens=completion,
+            total_tokens=prompt + completion,
+            cost=cost,
+            wall_time_s=wall_time_s,
+        )
+
 
 class LLMCall(_Model):
     """One model call, linked to the assistant message it produced."""
@@ -147,7 +165,7 @@ def compact_llm_calls(calls: list[LLMCall]) -> list[LLMCall]:
     for call in calls:
         ids = call.prompt_token_ids
         shared = _shared_prefix(base, ids) if base is not None and ids is not None else 0
-        if shared:
+        if shared and ids is not None:
             update = {"prompt_token_ids": ids[shared:], "prompt_token_prefix": shared}
             compact.append(call.model_copy(update=update))
         else:

@@ -66,7 +66,7 @@ _wide_when_piped()
 
 def _print_version(value: bool) -> None:
     if value:
-        from trajforge import __version__
+        from trajforge.version import __version__
 
         typer.echo(f"trajforge {__version__}")
         raise typer.Exit()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 from rich.table import Table
@@ -107,7 +107,7 @@ def train_command(
         progress.add_task(f"training {detector} detector", total=None)
         trained: Detector = DETECTORS.get(detector)()
         trained.fit(runs)
-    info = {"runs": len(runs), "failed": sum(r.failed for r in runs)}
+    info: dict[str, Any] = {"runs": len(runs), "failed": sum(r.failed for r in runs)}
     info["trained_groups"] = sorted({r.group for r in runs})
     info |= _learned_info(trained)
     save_detector(trained, out, info)
@@ -137,9 +137,12 @@ def _rounded(value: object) -> str:
     return f"{value:.3f}" if isinstance(value, float) else ("-" if value is None else str(value))
 
 
-def _learned_info(detector: Detector) -> dict:
-    kind = getattr(detector, "kind", None)
-    return {"estimator": kind, "inner_auroc": detector.inner_auroc} if kind else {}
+def _learned_info(detector: Detector) -> dict[str, Any]:
+    from trajforge.monitor.detectors import LearnedDetector
+
+    if not isinstance(detector, LearnedDetector) or detector.kind is None:
+        return {}
+    return {"estimator": detector.kind, "inner_auroc": detector.inner_auroc}
 
 
 def eval_command(

@@ -64,7 +64,7 @@ def import_sample(ctx: DemoContext) -> None:
 def show_stats(ctx: DemoContext) -> None:
     """The stats report: counts and success rates by source, model, environment."""
     from trajforge.cli.report import print_stats
-    from trajforge.stats import compute_stats
+    from trajforge.store.stats import compute_stats
 
     report = compute_stats(ctx.store)
     print_stats(report, ctx.console)

@@ -29,8 +29,8 @@ from pydantic import BaseModel, Field
 from trajforge.diagnose.evidence import speaker
 from trajforge.diagnose.model import Correction, Diagnosis, Evidence
 from trajforge.diagnose.taxonomy import CATEGORIES, taxonomy_text
+from trajforge.diagnose.transcript import transcript
 from trajforge.diagnose.validation import Finding, render, validation_log
-from trajforge.generate.views import transcript
 from trajforge.models.base import ChatModel
 from trajforge.models.retry import Asked, ask_parsed
 from trajforge.models.structured import function_answer
@@ -39,10 +39,13 @@ from trajforge.schema import Message, ToolCall, Trajectory
 REPORT_TOOL = "report_diagnosis"
 
 
+JudgeMode = Literal["all-at-once", "step-by-step"]
+
+
 class JudgeConfig(BaseModel):
     """How the judge reads a run."""
 
-    mode: Literal["all-at-once", "step-by-step"] = Field(
+    mode: JudgeMode = Field(
         default="all-at-once", description="One call for the whole run, or one per agent step."
     )
     max_chars: int = Field(default=3000, description="Longer messages are shortened.")
@@ -119,7 +122,7 @@ class LLMJudge:
     def __init__(
         self,
         model: ChatModel | None = None,
-        mode: str = "all-at-once",
+        mode: JudgeMode = "all-at-once",
         config: JudgeConfig | None = None,
     ) -> None:
         if model is None:
@@ -127,7 +130,7 @@ class LLMJudge:
 
             model = OpenAICompatibleModel()
         self.model = model
-        self.config = config or JudgeConfig(mode=mode)  # type: ignore[arg-type]
+        self.config = config or JudgeConfig(mode=mode)
 
     def check(self, traj: Trajectory) -> None:
         return None
@@ -257,7 +260,7 @@ def to_diagnosis(
 ) -> Diagnosis:
     """A diagnosis from the judge's answer; an unusable answer gives step None and why."""
     step = report.get("step") if report else None
-    if not isinstance(step, int) or not 0 <= step < len(traj.messages):
+    if report is None or not isinstance(step, int) or not 0 <= step < len(traj.messages):
         why = "no structured answer" if report is None else f"step {step!r} is not in the run"
         return Diagnosis(
             trajectory_id=traj.id,

@@ -23,8 +23,8 @@ import numpy as np
 from pydantic import BaseModel, Field
 from sklearn.metrics import average_precision_score, roc_auc_score
 
+from trajforge.diagnose.transcript import transcript
 from trajforge.errors import UserError
-from trajforge.generate.views import transcript
 from trajforge.models.base import ChatModel
 from trajforge.models.retry import Asked, ask_parsed
 from trajforge.models.structured import function_answer

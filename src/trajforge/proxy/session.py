@@ -242,12 +242,5 @@ def first_user_text(messages: list[Message]) -> str | None:
 
 
 def _total_usage(calls: list[LLMCall]) -> Usage:
-    prompt = sum((c.usage.prompt_tokens or 0) for c in calls if c.usage)
-    completion = sum((c.usage.completion_tokens or 0) for c in calls if c.usage)
     wall = sum(c.latency_s or 0.0 for c in calls)
-    return Usage(
-        prompt_tokens=prompt,
-        completion_tokens=completion,
-        total_tokens=prompt + completion,
-        wall_time_s=round(wall, 6),
-    )
+    return Usage.summed([c.usage for c in calls if c.usage], wall_time_s=round(wall, 6))

@@ -66,8 +66,8 @@ FORK_USAGE = (
 
 
 def _positional_id(
-    store_or_parent: object, at: object, policy: object, rest: tuple
-) -> tuple[object, object, str | None]:
+    store_or_parent: object, at: object, policy: Policy | str | int, rest: tuple
+) -> tuple[object, Policy | str | int, str | None]:
     """(at, policy, parent_id) of a `fork(store, "ID", at, policy)` call; else unchanged."""
     if isinstance(store_or_parent, Store) and isinstance(at, str) and len(rest) == 1:
         return policy, rest[0], at
@@ -76,14 +76,15 @@ def _positional_id(
     return at, policy, None
 
 
-def _check_call(store_or_parent: object, at: object, parent_id: str | None) -> None:
-    """A clear error for the common mistakes in calling `fork` from Python."""
+def _check_call(store_or_parent: object, at: object, parent_id: str | None) -> int:
+    """`at`, or a clear error for the common mistakes in calling `fork` from Python."""
     if not isinstance(store_or_parent, Store | Trajectory):
         raise UserError(f"fork needs a Trajectory or a Store first; {FORK_USAGE}")
     if isinstance(at, bool) or not isinstance(at, int):
         raise UserError(f"fork's `at` is a message index (int), got {at!r}; {FORK_USAGE}")
     if isinstance(store_or_parent, Store) and parent_id is None:
         raise UserError(f"fork from a store needs the parent id; {FORK_USAGE}")
+    return at
 
 
 def fork(
@@ -105,28 +106,32 @@ def fork(
     conversational environment (one whose opening has no user message) gets the scripted
     user. Nothing is stored: the caller decides (`store.add(child)`).
     """
-    at, policy, positional_id = _positional_id(store_or_parent, at, policy, rest)
+    raw_at, chosen, positional_id = _positional_id(store_or_parent, at, policy, rest)
     parent_id = parent_id or positional_id
-    _check_call(store_or_parent, at, parent_id)
+    index = _check_call(store_or_parent, raw_at, parent_id)
+    if isinstance(chosen, int):
+        raise UserError(f"fork's policy is a name or a Policy, got {chosen!r}; {FORK_USAGE}")
     parent = resolve_parent(store_or_parent, parent_id)
-    check_fork_index(parent, at)
+    check_fork_index(parent, index)
     options = options or ForkOptions()
     env = env or make_env(parent)
     opening = env.reset(parent.task)
-    if isinstance(policy, str):
-        policy, named_user = build_agents(AgentSpec(policy=policy), parent=parent, at=at)
+    if isinstance(chosen, str):
+        agent, named_user = build_agents(AgentSpec(policy=chosen), parent=parent, at=index)
         user = user or named_user
-    elif user is None and not any(m.role == "user" for m in opening):
-        user = ScriptedUser()
-    replay_calls(env, parent, at)
-    child = prefix_child(parent, at, policy, options)
+    else:
+        agent = chosen
+        if user is None and not any(m.role == "user" for m in opening):
+            user = ScriptedUser()
+    replay_calls(env, parent, index)
+    child = prefix_child(parent, index, agent, options)
     env.bind_conversation(child.messages)
     if prepare_turn(env, child, user):
         return finish_stopped(env, child, "user_stop")
     if isinstance(env, EndsEpisodes) and env.done:  # the prefix already ended it (a hand-over, say)
         return finish_stopped(env, child, "env_done")
     return with_run_id(
-        run_episode(env, policy, child.task, user=user, trajectory=child, limits=options.limits)
+        run_episode(env, agent, child.task, user=user, trajectory=child, limits=options.limits)
     )
 
 

@@ -196,15 +196,15 @@ def evaluate_handoff(
         runs.append(run)
         if collect is not None:
             collect.extend(t.with_id() for t in (reached, solved) if t is not None)
-    reached = [r for r in runs if r.reached]
+    reaching = [r for r in runs if r.reached]
     return HandoffResult(
         reacher=names[0],
         solver=names[1],
         k=config.k,
         at=config.at,
         tasks=len(runs),
-        reach=len(reached) / len(runs),
-        solve=(sum(bool(r.solved) for r in reached) / len(reached)) if reached else None,
+        reach=len(reaching) / len(runs),
+        solve=(sum(bool(r.solved) for r in reaching) / len(reaching)) if reaching else None,
         end_to_end=sum(r.success for r in runs) / len(runs),
         runs=runs,
     )

@@ -83,17 +83,18 @@ class RolloutConfig(BaseModel):
 
     def specs(self) -> list[EpisodeSpec]:
         faults = parse_fault_spec(self.faults).spec()
-        common = {
-            "env": self.env,
-            "policy": self.policy,
-            "options": self.options,
-            "seed": self.seed,
-            "faults": faults,
-            "limits": self.limits,
-            "run": self.run,
-        }
         return [
-            EpisodeSpec(task=task, sample=sample, **common)
+            EpisodeSpec(
+                env=self.env,
+                task=task,
+                policy=self.policy,
+                options=self.options,
+                sample=sample,
+                seed=self.seed,
+                faults=faults,
+                limits=self.limits,
+                run=self.run,
+            )
             for task in self.tasks
             for sample in range(self.n)
         ]
@@ -229,14 +230,7 @@ def summarize(
 
 def stored_episodes(store: Store, env: str) -> dict[str, tuple[str, str | None]]:
     """Episode key → (trajectory id, termination reason) of this environment's rollouts."""
-    rows = store.db.execute(
-        "SELECT id, json_extract(CAST(doc AS TEXT), '$.metadata.episode_key'), "
-        "json_extract(CAST(doc AS TEXT), '$.outcome.termination_reason') "
-        "FROM trajectories WHERE harness = ? AND json_extract(CAST(doc AS TEXT), "
-        "'$.metadata.env') = ?",
-        (HARNESS, env),
-    )
-    return {key: (traj_id, reason) for traj_id, key, reason in rows if key}
+    return store.episodes(HARNESS, env)
 
 
 class Progress:

@@ -16,8 +16,8 @@ import orjson
 from pydantic import BaseModel, Field
 
 from trajforge.diagnose.model import Diagnosis
+from trajforge.diagnose.transcript import transcript
 from trajforge.envs.base import Environment, Oracle
-from trajforge.generate.views import transcript
 from trajforge.models.base import ChatModel
 from trajforge.schema import Message, Outcome, ToolCall, Trajectory
 
