@@ -1,4 +1,4 @@
-# Quick start: `make demo` runs trajforge on its bundled data; `make test` runs the tests.
+# Quick start: `make demo` runs trajforge on its bundled data; `make test` runs ruff, mypy and the tests.
 # Both create .venv and install the project (with its dev, train and ray extras) when missing
 # or when pyproject.toml changed.
 PYTHON ?= python3
@@ -33,11 +33,13 @@ system-deps:
 test: $(STAMP) system-deps
 	$(VENV)/bin/ruff check src tests bench
 	$(VENV)/bin/ruff format --check src tests bench
+	$(VENV)/bin/mypy
 	$(VENV)/bin/python -m pytest
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests bench
 	$(VENV)/bin/ruff format --check src tests bench
+	$(VENV)/bin/mypy
 
 format: $(STAMP)
 	$(VENV)/bin/ruff format src tests bench

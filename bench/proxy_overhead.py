@@ -1,6 +1,6 @@
 """Added latency and throughput of the recording proxy, against direct calls and LiteLLM.
 
-    python bench/proxy_overhead.py [--requests 1200] [--sessions 1,16,64] [--no-litellm]
+    python bench/proxy_overhead.py [--requests 1200] [--sessions 1,16,64] [--no-litellm] [--json]
 
 Starts the mock upstream (`trajforge mock-server`), the recording proxy (`trajforge proxy`,
 writing to a temporary store) and LiteLLM's proxy (from a scratch venv this script creates
@@ -8,14 +8,20 @@ on first use under ~/.cache/trajforge-bench, never in the project's venv), all a
 processes on 127.0.0.1. For 1, 16 and 64 concurrent sessions (each a sequential chain of
 chat completions) it measures latency p50/p99 and throughput directly against the mock and
 through each proxy, and prints the added latency and each server's CPU time per call. The
-goals: at most 1 ms added at p50, and less overhead than LiteLLM's proxy. All traffic is
-loopback; every loop is bounded.
+goals: at most 1 ms added at p50, and less overhead than LiteLLM's proxy. Cases: plain and
+streamed answers to a short prompt, plain answers to a realistic 30 KB prompt, and one long
+session (`--long-calls`, history growing by about 1 KB a call) whose added latency over its
+first and last 100 calls shows whether recording stays flat. The client is aiohttp (httpx's
+own overhead saturates at 16-64 sessions). `--json` prints the summary: `added_p50_ms` keyed
+by mode (`plain`, `stream`, `plain_30KB`, and `inprocess`, null until in-process capture
+exists) and by session count. All traffic is loopback; every loop is bounded.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import secrets
 import socket
@@ -26,11 +32,11 @@ import tempfile
 import time
 from pathlib import Path
 
+import aiohttp
 import httpx
 
 CACHE = Path(os.environ.get("TRAJFORGE_BENCH_CACHE") or Path.home() / ".cache" / "trajforge-bench")
 LITELLM_VENV = CACHE / "litellm-venv"
-REQUEST = {"model": "mock", "messages": [{"role": "user", "content": "hello there"}]}
 BENCH_KEY = f"sk-bench-{secrets.token_hex(16)}"  # LiteLLM's master key; sent to every target
 Target = tuple[str, int]  # base URL, and the pid of the server process answering there
 
@@ -105,8 +111,28 @@ def start_litellm(upstream: str, workdir: Path) -> tuple[subprocess.Popen, str]:
     return process, f"http://127.0.0.1:{port}"
 
 
+PROMPTS = {
+    "short": [{"role": "user", "content": "hello there"}],
+    "30KB": [
+        {"role": "system", "content": "You are a careful software engineer. " * 120},
+        {"role": "user", "content": ("Traceback line from a failing test run. " * 640)[:26000]},
+    ],
+}
+
+
+def request_body(prompt: str, stream: bool) -> dict:
+    return {"model": "mock", "messages": PROMPTS[prompt], "stream": stream}
+
+
+async def _post(client: aiohttp.ClientSession, url: str, body: dict, headers: dict) -> None:
+    """One call; a streamed answer is read to its end."""
+    async with client.post(f"{url}/chat/completions", json=body, headers=headers) as answer:
+        answer.raise_for_status()
+        await answer.read()
+
+
 async def _chain(
-    client: httpx.AsyncClient, url: str, session: str, calls: int
+    client: aiohttp.ClientSession, url: str, session: str, calls: int, body: dict
 ) -> tuple[list[float], int]:
     """Latencies of the calls that succeeded, and how many failed (counted, not fatal)."""
     headers = {"Authorization": f"Bearer {BENCH_KEY}", "X-Trajforge-Session": session}
@@ -114,9 +140,8 @@ async def _chain(
     for _ in range(calls):
         started = time.perf_counter()
         try:
-            answer = await client.post(f"{url}/chat/completions", json=REQUEST, headers=headers)
-            answer.raise_for_status()
-        except httpx.HTTPError:
+            await _post(client, url, body, headers)
+        except aiohttp.ClientError:
             failed += 1
             continue
         latencies.append(time.perf_counter() - started)
@@ -124,19 +149,43 @@ async def _chain(
 
 
 async def load(
-    base_url: str, sessions: int, requests: int, tag: str
+    base_url: str, sessions: int, requests: int, tag: str, body: dict
 ) -> tuple[list[float], float, int]:
     """`sessions` concurrent chains sharing `requests` calls: latencies, wall time, failures."""
-    limits = httpx.Limits(max_connections=sessions, max_keepalive_connections=sessions)
-    async with httpx.AsyncClient(limits=limits, timeout=60) as client:
-        await asyncio.gather(*(_chain(client, base_url, f"warm-{i}", 2) for i in range(sessions)))
+    connector = aiohttp.TCPConnector(limit=sessions)
+    timeout = aiohttp.ClientTimeout(total=60)
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as client:
+        warm = (_chain(client, base_url, f"warm-{i}", 2, body) for i in range(sessions))
+        await asyncio.gather(*warm)
         per_session = max(1, requests // sessions)
         started = time.perf_counter()
-        chains = [_chain(client, base_url, f"{tag}-{i}", per_session) for i in range(sessions)]
+        chains = [
+            _chain(client, base_url, f"{tag}-{i}", per_session, body) for i in range(sessions)
+        ]
         finished = await asyncio.gather(*chains)
         latencies = [x for chain, _ in finished for x in chain]
         failed = sum(count for _, count in finished)
         return latencies, time.perf_counter() - started, failed
+
+
+async def long_session(base_url: str, calls: int, tag: str) -> list[float]:
+    """One session whose history grows by an answer and a 1 KB observation per call."""
+    messages = [{"role": "user", "content": "fix the failing test"}]
+    headers = {"Authorization": f"Bearer {BENCH_KEY}", "X-Trajforge-Session": tag}
+    latencies = []
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as client:
+        for n in range(calls):
+            body = {"model": "mock", "messages": messages}
+            started = time.perf_counter()
+            async with client.post(
+                f"{base_url}/chat/completions", json=body, headers=headers
+            ) as answer:
+                answer.raise_for_status()
+                reply = (await answer.json())["choices"][0]["message"]
+            latencies.append(time.perf_counter() - started)
+            observation = f"output of step {n}: " + "x" * 1000
+            messages = [*messages, reply, {"role": "user", "content": observation}]
+    return latencies
 
 
 def cpu_seconds(pid: int) -> float:
@@ -148,7 +197,9 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def measure(targets: dict[str, Target], sessions: int, requests: int, rounds: int) -> dict:
+def measure(
+    targets: dict[str, Target], sessions: int, requests: int, rounds: int, body: dict
+) -> dict:
     """Targets measured in alternating rounds, so a busy moment of the machine hits them all.
 
     Besides latency, the CPU time the target's own server process spends per call: unlike
@@ -162,7 +213,7 @@ def measure(targets: dict[str, Target], sessions: int, requests: int, rounds: in
         for name, (url, pid) in targets.items():
             tag = f"bench-{sessions}-{round_index}"
             cpu_before = cpu_seconds(pid)
-            measured, wall, failed = asyncio.run(load(url, sessions, requests // rounds, tag))
+            measured, wall, failed = asyncio.run(load(url, sessions, requests // rounds, tag, body))
             failures[name] += failed
             cpus[name] += cpu_seconds(pid) - cpu_before
             latencies[name] += measured
@@ -172,7 +223,7 @@ def measure(targets: dict[str, Target], sessions: int, requests: int, rounds: in
         values.sort()
         results[name] = {
             "p50_ms": 1000 * statistics.median(values),
-            "p99_ms": 1000 * values[min(len(values) - 1, int(0.99 * len(values)))],
+            "p99_ms": 1000 * statistics.quantiles(values, n=100, method="inclusive")[-1],
             "rps": len(values) / walls[name],
             "cpu_ms": 1000 * cpus[name] / len(values),
             "failed": failures[name],
@@ -180,9 +231,10 @@ def measure(targets: dict[str, Target], sessions: int, requests: int, rounds: in
     return results
 
 
-def report(results: dict[str, dict[int, dict]], sessions: list[int]) -> None:
+def report(results: dict[str, dict[int, dict]], sessions: list[int], title: str) -> None:
+    print(f"\n== {title}")
     print(
-        f"\n{'target':<12}{'sessions':>9}{'p50 ms':>9}{'p99 ms':>9}{'req/s':>9}"
+        f"{'target':<12}{'sessions':>9}{'p50 ms':>9}{'p99 ms':>9}{'req/s':>9}"
         f"{'+p50 ms':>10}{'+p99 ms':>10}{'cpu ms/call':>13}{'failed':>8}"
     )
     for target, by_sessions in results.items():
@@ -193,15 +245,65 @@ def report(results: dict[str, dict[int, dict]], sessions: list[int]) -> None:
                 f"{row['rps']:>9.0f}{row['p50_ms'] - base['p50_ms']:>10.2f}"
                 f"{row['p99_ms'] - base['p99_ms']:>10.2f}{row['cpu_ms']:>13.2f}{row['failed']:>8}"
             )
-    if "litellm" in results:
+
+
+def added(results: dict[str, dict[int, dict]], target: str, key: str) -> dict[str, float]:
+    """Milliseconds `target` adds to the direct call, by session count."""
+    return {
+        str(count): round(row[key] - results["direct"][count][key], 3)
+        for count, row in results[target].items()
+    }
+
+
+def long_session_case(targets: dict[str, Target], calls: int) -> dict:
+    """Direct and proxied long sessions, alternating; added latency and proxy CPU per call
+    over the first and the last 100 calls."""
+    latencies, cpu = {}, {}
+    for name, (url, pid) in targets.items():
+        if name == "litellm":
+            continue
+        before = cpu_seconds(pid)
+        latencies[name] = asyncio.run(long_session(url, calls, f"long-{name}"))
+        cpu[name] = cpu_seconds(pid) - before
+    window = min(100, calls // 2)
+
+    def p50(name: str, part: slice) -> float:
+        return 1000 * statistics.median(latencies[name][part])
+
+    first, last = slice(0, window), slice(-window, None)
+    return {
+        "calls": calls,
+        "added_p50_ms_first": round(p50("trajforge", first) - p50("direct", first), 3),
+        "added_p50_ms_last": round(p50("trajforge", last) - p50("direct", last), 3),
+        "proxy_cpu_ms_per_call": round(1000 * cpu["trajforge"] / calls, 3),
+    }
+
+
+CASES = {"plain": ("short", False), "stream": ("short", True), "30KB prompt": ("30KB", False)}
+
+
+def run_cases(targets: dict[str, Target], sessions: list[int], args) -> dict:
+    summary: dict = {"added_p50_ms": {}, "added_p99_ms": {}, "p99_over_p50": {}}
+    for case, (prompt, stream) in CASES.items():
+        body = request_body(prompt, stream)
+        results: dict[str, dict[int, dict]] = {name: {} for name in targets}
         for count in sessions:
-            ours = results["trajforge"][count]["p50_ms"] - results["direct"][count]["p50_ms"]
-            theirs = results["litellm"][count]["p50_ms"] - results["direct"][count]["p50_ms"]
-            ratio = theirs / ours if ours > 0 else float("inf")
-            print(
-                f"{count:>3} sessions: added p50 trajforge {ours:.2f} ms, LiteLLM {theirs:.2f} ms"
-                f" (LiteLLM adds {ratio:.1f}x as much)"
+            for name, row in measure(targets, count, args.requests, args.rounds, body).items():
+                results[name][count] = row
+        report(results, sessions, f"{case} ({prompt} prompt, stream={stream})")
+        key = case if case in ("plain", "stream") else "plain_30KB"
+        summary["added_p50_ms"][key] = added(results, "trajforge", "p50_ms")
+        summary["added_p99_ms"][key] = added(results, "trajforge", "p99_ms")
+        summary["p99_over_p50"][key] = {
+            str(c): round(r["p99_ms"] / r["p50_ms"], 2) for c, r in results["trajforge"].items()
+        }
+        if "litellm" in results:
+            summary.setdefault("litellm_added_p50_ms", {})[key] = added(
+                results, "litellm", "p50_ms"
             )
+    # In-process capture (recording inside the harness's process) is not built yet.
+    summary["added_p50_ms"]["inprocess"] = {str(c): None for c in sessions}
+    return summary
 
 
 def main() -> None:
@@ -209,42 +311,46 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=1200, help="Calls per measurement.")
     parser.add_argument("--sessions", default="1,16,64", help="Concurrent session counts.")
     parser.add_argument("--rounds", type=int, default=3, help="Alternating rounds per target.")
+    parser.add_argument("--long-calls", type=int, default=1000, help="Calls of the long session.")
     parser.add_argument("--no-litellm", action="store_true", help="Skip LiteLLM's proxy.")
+    parser.add_argument("--json", action="store_true", help="Print the summary as JSON.")
     args = parser.parse_args()
     sessions = [int(s) for s in args.sessions.split(",")]
-    trajforge = [sys.executable, "-m", "trajforge"]
-    processes: list[subprocess.Popen] = []
     with tempfile.TemporaryDirectory(prefix="proxy-bench-") as tmp:
-        workdir = Path(tmp)
+        processes: list[subprocess.Popen] = []
         try:
-            mock_port, proxy_port = free_port(), free_port()
-            mock = f"http://127.0.0.1:{mock_port}/v1"
-            mock_server = start(
-                [*trajforge, "mock-server", "--port", str(mock_port)],
-                f"{mock}/models",
-                workdir / "mock.log",
-            )
-            processes.append(mock_server)
-            proxy_args = ["proxy", "--upstream", mock, "--port", str(proxy_port)]
-            proxy_args += ["--db", str(workdir / "bench.db")]
-            proxy = f"http://127.0.0.1:{proxy_port}/v1"
-            proxy_server = start([*trajforge, *proxy_args], f"{proxy}/models", workdir / "p.log")
-            processes.append(proxy_server)
-            targets = {"direct": (mock, mock_server.pid), "trajforge": (proxy, proxy_server.pid)}
-            if not args.no_litellm:
-                litellm, litellm_url = start_litellm(mock, workdir)
-                processes.append(litellm)
-                targets["litellm"] = (litellm_url, litellm.pid)
-            results: dict[str, dict[int, dict]] = {name: {} for name in targets}
-            for count in sessions:
-                for name, row in measure(targets, count, args.requests, args.rounds).items():
-                    results[name][count] = row
-                print(f"measured {count} sessions", flush=True)
-            report(results, sessions)
+            targets = start_targets(Path(tmp), processes, args.no_litellm)
+            summary = run_cases(targets, sessions, args)
+            summary["long_session"] = long_session_case(targets, args.long_calls)
         finally:
             for process in processes:
                 process.terminate()
                 process.wait(timeout=30)
+    print(f"\nlong session: {summary['long_session']}")
+    if args.json:
+        print(json.dumps(summary, indent=1))
+
+
+def start_targets(workdir: Path, processes: list, no_litellm: bool) -> dict[str, Target]:
+    """The mock upstream, the recording proxy in front of it, and LiteLLM's proxy."""
+    trajforge = [sys.executable, "-m", "trajforge"]
+    mock_port, proxy_port = free_port(), free_port()
+    mock = f"http://127.0.0.1:{mock_port}/v1"
+    mock_server = start(
+        [*trajforge, "mock-server", "--port", str(mock_port)], f"{mock}/models", workdir / "m.log"
+    )
+    processes.append(mock_server)
+    proxy_args = ["proxy", "--upstream", mock, "--port", str(proxy_port)]
+    proxy_args += ["--db", str(workdir / "bench.db")]
+    proxy = f"http://127.0.0.1:{proxy_port}/v1"
+    proxy_server = start([*trajforge, *proxy_args], f"{proxy}/models", workdir / "p.log")
+    processes.append(proxy_server)
+    targets = {"direct": (mock, mock_server.pid), "trajforge": (proxy, proxy_server.pid)}
+    if not no_litellm:
+        litellm, litellm_url = start_litellm(mock, workdir)
+        processes.append(litellm)
+        targets["litellm"] = (litellm_url, litellm.pid)
+    return targets
 
 
 if __name__ == "__main__":

@@ -136,6 +136,7 @@ def test_truncated_file_one_line_error_store_unchanged(tmp_path: Path, sample_db
     errors = result.stderr.strip().splitlines()
     assert len(errors) == 1 and str(bad) in errors[0] and "malformed JSON" in errors[0]
     assert Store(db).rows() == before
+    assert "imported 0 trajectories from 1 file (1 failed);" in result.stdout
 
 
 def test_unknown_format_one_line_error_store_unchanged(tmp_path: Path) -> None:
@@ -181,3 +182,21 @@ def test_export_command_jsonl_and_parquet(sample_db: Path, tmp_path: Path) -> No
     assert json.loads(invoke("import", str(out), "--db", again, "--json"))["imported"] == 19
     result = CliRunner().invoke(app, ["export", "-o", str(out), "-f", "csv", "--db", db])
     assert result.exit_code == 1 and "unknown export format 'csv'" in result.stderr
+
+
+def test_show_header_leaves_out_what_is_unknown(sample_db: Path) -> None:
+    with Store(sample_db) as store:
+        row = next(r for r in store.rows() if r.model is None and r.total_tokens is None)
+    out = CliRunner().invoke(app, ["show", row.id, "--db", str(sample_db)], terminal_width=200)
+    assert out.exit_code == 0
+    header = out.stdout.split("[0]")[0]
+    assert "?" not in header and "tokens" not in header and row.id in header
+
+
+def test_rule_policy_rollout_has_unknown_not_zero_tokens() -> None:
+    from trajforge.envs.household import HouseholdEnv
+    from trajforge.rollout.runner import RolloutConfig, run_episode_spec
+
+    config = RolloutConfig(env="household", tasks=HouseholdEnv().tasks(1), policy="expert")
+    traj = run_episode_spec(config.specs()[0])
+    assert traj.llm_calls == [] and traj.usage.total_tokens is None

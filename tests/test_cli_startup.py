@@ -65,7 +65,15 @@ def test_long_listing_prints_plain_aligned_rows(
     assert listed[0].split() == header
     assert listed[-1] == f"{len(rows)} trajectories"
     body = listed[1:-1]
-    assert [line.split()[0] for line in body] == [row["id"][:12] for row in rows]
+    assert [line.split()[0] for line in body] == [row["id"] for row in rows]
     outcomes = {True: "success", False: "failure", None: "?"}
     assert all(outcomes[row["success"]] in line for line, row in zip(body, rows, strict=True))
     assert "━" not in "".join(listed)
+
+
+def test_version_flag_prints_the_package_version() -> None:
+    from trajforge import __version__
+
+    result = CliRunner().invoke(app, ["--version"])
+    assert result.exit_code == 0
+    assert result.stdout.strip() == f"trajforge {__version__}"

@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import gzip
+import io
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO
 
 import orjson
 
 from trajforge.errors import InputError
 
 
-def open_binary(path: Path) -> IO[bytes]:
+def open_binary(path: Path) -> io.BufferedIOBase:
     """Open a file for reading bytes, decompressing `.gz` transparently."""
     if path.suffix == ".gz":
         return gzip.open(path, "rb")

@@ -11,7 +11,7 @@ import orjson
 from pydantic import ValidationError
 
 from trajforge.errors import first_error
-from trajforge.schema import Message, ToolCall
+from trajforge.schema import Message
 
 _MESSAGE_FIELDS = {"role", "content", "name", "tool_calls", "tool_call_id"}
 _ROLES = {"system", "user", "assistant", "tool"}
@@ -90,11 +90,6 @@ def _tool_call_dict(call: Any, position: int) -> dict[str, Any]:
     if not isinstance(arguments, str):
         arguments = orjson.dumps(arguments).decode()
     return {"id": str(call.get("id") or f"call_{position}"), "name": name, "arguments": arguments}
-
-
-def to_tool_call(call: dict[str, Any], position: int) -> ToolCall:
-    """A `ToolCall` from the OpenAI nested form or the flat `{name, arguments}` form."""
-    return ToolCall.model_validate(_tool_call_dict(call, position))
 
 
 def error_body(message: str, kind: str = "server_error", code: str | None = None) -> dict:

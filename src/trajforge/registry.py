@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import importlib
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from trajforge.errors import UserError
 
@@ -40,12 +40,12 @@ class Registry(Generic[T]):
         if path is None and ":" not in name:
             known = ", ".join(self.names()) or "(none)"
             raise UserError(f"unknown {self.kind} '{name}'; known: {known}")
-        obj = _load_path(path or name, self.kind)
+        obj: T = _load_path(path or name, self.kind)
         self._loaded[name] = obj
         return obj
 
 
-def _load_path(path: str, kind: str) -> T:  # type: ignore[type-var]
+def _load_path(path: str, kind: str) -> Any:
     module_name, _, attr = path.partition(":")
     try:
         module = importlib.import_module(module_name)

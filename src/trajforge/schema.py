@@ -12,10 +12,11 @@ with, and readers refuse versions newer than their own.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable
 from typing import Any, Literal
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic_core import to_json
 
 FORMAT_VERSION = 1
@@ -85,6 +86,23 @@ class Usage(_Model):
     cost: float | None = Field(default=None, description="Cost in US dollars, when known.")
     wall_time_s: float | None = Field(default=None, description="Wall-clock seconds.")
 
+    @classmethod
+    def summed(
+        cls, usages: Iterable[Usage], cost: float | None = None, wall_time_s: float | None = None
+    ) -> Usage:
+        """The token counts of several calls added up (a missing count adds 0)."""
+        prompt = completion = 0
+        for usage in usages:
+            prompt += usage.prompt_tokens or 0
+            completion += usage.completion_tokens or 0
+        return cls(
+            prompt_tokens=prompt,
+            completion_tokens=completion,
+            total_tokens=prompt + completion,
+            cost=cost,
+            wall_time_s=wall_time_s,
+        )
+
 
 class LLMCall(_Model):
     """One model call, linked to the assistant message it produced."""
@@ -112,6 +130,63 @@ class LLMCall(_Model):
     extra: dict[str, Any] = Field(
         default_factory=dict, description="Anything else recorded (drift audit, status code...)."
     )
+    prompt_token_prefix: int | None = Field(
+        default=None,
+        exclude_if=lambda value: value is None,
+        description="Stored form only (long recorded sessions): the prompt starts with this "
+        "many ids of the token base (the prompt + completion ids of the nearest earlier call "
+        "that has both), and `prompt_token_ids` holds only the rest. Loading a trajectory "
+        "expands it and sets this back to None.",
+    )
+
+
+def _token_base(call: LLMCall) -> list[int] | None:
+    if call.prompt_token_ids is None or call.completion_token_ids is None:
+        return None
+    return call.prompt_token_ids + call.completion_token_ids
+
+
+def _shared_prefix(base: list[int], ids: list[int]) -> int:
+    if ids[: len(base)] == base:
+        return len(base)
+    count = 0
+    for a, b in zip(base, ids, strict=False):
+        if a != b:
+            break
+        count += 1
+    return count
+
+
+def compact_llm_calls(calls: list[LLMCall]) -> list[LLMCall]:
+    """The calls in stored form: each prompt's ids that repeat its token base are replaced by
+    `prompt_token_prefix` (a session's document then grows with its new tokens only)."""
+    compact: list[LLMCall] = []
+    base: list[int] | None = None
+    for call in calls:
+        ids = call.prompt_token_ids
+        shared = _shared_prefix(base, ids) if base is not None and ids is not None else 0
+        if shared and ids is not None:
+            update = {"prompt_token_ids": ids[shared:], "prompt_token_prefix": shared}
+            compact.append(call.model_copy(update=update))
+        else:
+            compact.append(call)
+        base = _token_base(call) or base
+    return compact
+
+
+def expand_llm_calls(calls: list[LLMCall]) -> None:
+    """Undo `compact_llm_calls` in place (calls not in stored form are left as they are)."""
+    base: list[int] | None = None
+    for index, call in enumerate(calls):
+        if call.prompt_token_prefix is not None:
+            if base is None or call.prompt_token_prefix > len(base):
+                raise ValueError(
+                    f"llm_calls.{index}.prompt_token_prefix: {call.prompt_token_prefix} ids "
+                    "of an earlier call's tokens, which it does not have"
+                )
+            call.prompt_token_ids = base[: call.prompt_token_prefix] + (call.prompt_token_ids or [])
+            call.prompt_token_prefix = None
+        base = _token_base(call) or base
 
 
 class Fault(_Model):
@@ -204,6 +279,12 @@ class Trajectory(_Model):
     labels: list[Label] = Field(default_factory=list, description="Error annotations.")
     parent: ForkParent | None = Field(default=None, description="Set for forks.")
     metadata: dict[str, Any] = Field(default_factory=dict, description="Anything else.")
+
+    @model_validator(mode="after")
+    def _expand_stored_token_ids(self) -> Trajectory:
+        if any(call.prompt_token_prefix is not None for call in self.llm_calls):
+            expand_llm_calls(self.llm_calls)
+        return self
 
     def content_id(self) -> str:
         """A stable id derived from the content (everything except `id` and `source.file`).

@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from trajforge.cli.main import app
-from trajforge.store import Store
+from trajforge.store import Store, TrajectoryFilter
 
 from .conftest import RETAIL, WHO_AND_WHEN
 
@@ -129,3 +129,15 @@ def test_llm_method_over_mock_server(db: Path) -> None:
     (listed,) = orjson.loads(out)
     assert (listed["step"], listed["category"], listed["method"]) == (0, "wrong_plan", "llm")
     assert listed["verified"] is False  # no correction proposed: nothing verified
+
+
+def test_limit_counts_failures_not_runs_read(db: Path) -> None:
+    with Store(db) as store:
+        first_two = [r.success for r in store.rows(TrajectoryFilter(environment="tau-retail"))][:2]
+    assert True in first_two  # the first runs include a success, so the old order gave fewer
+    code, out = _invoke(
+        "diagnose", "--db", str(db), "--env", "tau-retail", "--limit", "2", "--json"
+    )
+    assert code == 0, out
+    listed = orjson.loads(out)
+    assert len(listed) == 2

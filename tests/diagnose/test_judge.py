@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import orjson
-import pytest
 
 from trajforge.diagnose.judge import REPORT_TOOL, JudgeConfig, LLMJudge, parse_report
-from trajforge.errors import UserError
 from trajforge.models import OpenAICompatibleModel, OpenAIModelConfig, ScriptedModel
 from trajforge.models.mock_server import MockOpenAIServer
 from trajforge.schema import Message, ToolCall, Trajectory
@@ -52,8 +50,8 @@ def test_unusable_answer_gives_no_step(airline_runs: list[Trajectory]) -> None:
     )
     assert out_of_range is not None and out_of_range.step is None
     assert "not in the run" in out_of_range.explanation
-    prose = LLMJudge(ScriptedModel(["no idea"]), config=PLAIN).localize(traj)
-    assert prose is not None and prose.step is None
+    prose = LLMJudge(ScriptedModel(["no idea"] * 3), config=PLAIN).localize(traj)
+    assert prose is not None and prose.step is None and "no idea" in prose.explanation
 
 
 def test_step_by_step_stops_at_first_flagged_step(airline_runs: list[Trajectory]) -> None:
@@ -82,10 +80,22 @@ def test_judge_over_mock_openai_server(airline_runs: list[Trajectory]) -> None:
     assert request["tools"][0]["function"]["name"] == REPORT_TOOL
 
 
-def test_unreachable_endpoint_is_a_user_error(airline_runs: list[Trajectory]) -> None:
+def test_unreachable_endpoint_is_recorded_as_a_failed_call(airline_runs: list[Trajectory]) -> None:
     with MockOpenAIServer([]) as server:
         base_url = server.base_url  # the port is free again once the server stops
     config = OpenAIModelConfig(base_url=base_url, model="judge", api_key="x", max_retries=0)
     judge = LLMJudge(OpenAICompatibleModel(config))
-    with pytest.raises(UserError, match="LLM judge 'judge' failed"):
-        judge.localize(pick(airline_runs, "0"))
+    diagnosis = judge.localize(pick(airline_runs, "0"))
+    assert diagnosis is not None and diagnosis.step is None
+    assert "model call failed" in diagnosis.details["failed_call"]
+    assert "no diagnosis" in diagnosis.explanation
+
+
+def test_unparseable_reply_is_retried_then_recorded(airline_runs: list[Trajectory]) -> None:
+    traj = pick(airline_runs, "0")
+    junk = "I think it went wrong somewhere."
+    retried = LLMJudge(ScriptedModel([junk, _report_call(REPORT)]), config=PLAIN).localize(traj)
+    assert retried is not None and retried.step == 28
+    failed = LLMJudge(ScriptedModel([junk] * 3), config=PLAIN).localize(traj)
+    assert failed is not None and failed.step is None
+    assert "unparseable reply" in failed.details["failed_call"] and junk in failed.explanation

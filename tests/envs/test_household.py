@@ -86,8 +86,8 @@ def test_closed_receptacles_must_be_opened() -> None:
     env = HouseholdEnv(difficulty=3)
     task = env.tasks(1)[0]
     env.reset(task)
-    state = env.state
-    closed = next(r for r in env.layout.openable if env.layout.room_of[r] == state.room)
+    state = env.world.state
+    closed = next(r for r in env.world.layout.openable if env.world.layout.room_of[r] == state.room)
     env.step(call("go", target=closed))
     assert "closed" in env.step(call("look")).content
     inside = state.contents[closed]
@@ -125,7 +125,7 @@ def test_distractor_is_valid_and_differs_from_the_expert() -> None:
 
 
 def _all_actions(env: HouseholdEnv) -> list[ToolCall]:
-    layout, state = env.layout, env.state
+    layout, state = env.world.layout, env.world.state
     actions = [call("go", target=t) for t in [*layout.room_of, *layout.rooms]]
     actions += [call(n, target=r) for r in layout.openable for n in ("open", "close")]
     actions += [call("take", object=o) for o in layout.obj_type]
@@ -136,7 +136,7 @@ def _all_actions(env: HouseholdEnv) -> list[ToolCall]:
 
 
 def _key(env: HouseholdEnv) -> tuple:
-    s = env.state
+    s = env.world.state
     return (s.room, s.at, s.holding, tuple(sorted(s.place.items(), key=str)),
             frozenset(s.opened), tuple(sorted(s.props.items())))  # fmt: skip
 

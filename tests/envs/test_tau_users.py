@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from trajforge.agents import ExpertPolicy, LLMPolicy
-from trajforge.agents.base import USER_STOP, EpisodeState
+from trajforge.agents.base import EpisodeState
 from trajforge.agents.user_sim import LLMUser, ScriptedUser, ScriptedUserConfig
+from trajforge.envs.base import USER_STOP
 from trajforge.envs.tau import TauRetailEnv, bundled_tasks
 from trajforge.models.scripted import ScriptedModel
 from trajforge.rollout.episode import run_episode

@@ -5,13 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 from trajforge.agents.llm import LLMPolicy
-from trajforge.envs.base import StepResult
+from trajforge.envs.base import EnvironmentBase, StepResult
 from trajforge.models.scripted import ScriptedModel
 from trajforge.rollout.episode import Limits, run_episode
 from trajforge.schema import Message, Outcome, Task, ToolCall, Trajectory
 
 
-class LockedDoorEnv:
+class LockedDoorEnv(EnvironmentBase):
     """A one-tool environment whose door never opens: every `open_door` call fails."""
 
     name = "locked-door"

@@ -23,7 +23,7 @@ def test_train_eval_and_score_from_the_command_line(monitor_db, tau_trajs, tmp_p
     assert trained.exit_code == 0, trained.output
     assert orjson.loads(trained.stdout)["runs"] == 300
 
-    evaluated = _run("eval", "--model", str(model), *db, "--json", "--bootstrap", "20")
+    evaluated = _run("eval", "--monitor", str(model), *db, "--json", "--bootstrap", "20")
     assert evaluated.exit_code == 0, evaluated.output
     summary = orjson.loads(evaluated.stdout)
     assert summary["runs"] == 300
@@ -33,11 +33,11 @@ def test_train_eval_and_score_from_the_command_line(monitor_db, tau_trajs, tmp_p
     assert set(summary["successful_stopped_at_loss"]) == {"0.01", "0.05"}
 
     traj = tau_trajs[0]
-    scored = _run("score", traj.id, "--model", str(model), "--db", str(monitor_db), "--json")
+    scored = _run("score", traj.id, "--monitor", str(model), "--db", str(monitor_db), "--json")
     assert scored.exit_code == 0, scored.output
     curve = orjson.loads(scored.stdout)["risk"]
     assert [index for index, _ in curve] == traj.assistant_indices()
-    table = _run("score", traj.id[:10], "--model", str(model), "--db", str(monitor_db))
+    table = _run("score", traj.id[:10], "--monitor", str(model), "--db", str(monitor_db))
     assert table.exit_code == 0 and "learned risk" in table.stdout
     shown = runner.invoke(app, ["show", traj.id, "--db", str(monitor_db), "--risk", str(model)])
     assert shown.exit_code == 0, shown.output
@@ -60,7 +60,7 @@ def test_cross_validated_eval_prints_the_required_keys(monitor_db):
 def test_bad_model_file_and_empty_run_are_one_line_errors(monitor_db, tmp_path):
     bad = tmp_path / "bad.model"
     bad.write_text("hello")
-    result = _run("eval", "--model", str(bad), "--db", str(monitor_db), "--env", "tau-retail")
+    result = _run("eval", "--monitor", str(bad), "--db", str(monitor_db), "--env", "tau-retail")
     assert result.exit_code == 1
     assert "not a trajforge monitor model file" in result.output
 
@@ -78,7 +78,7 @@ def test_saved_model_on_unseen_tasks_is_out_of_sample(monitor_db, tmp_path):
     args = ["--out", str(model), "--db", str(monitor_db), "--env", "tau-retail"]
     trained = _run("train", *args, "--detector", "length")  # any detector: the split is tested
     assert trained.exit_code == 0, trained.output
-    args = ["--model", str(model), "--db", str(monitor_db), "--json", "--bootstrap", "0"]
+    args = ["--monitor", str(model), "--db", str(monitor_db), "--json", "--bootstrap", "0"]
     result = _run("eval", *args, "--harness", "tau-bench")
     assert result.exit_code == 0, result.output
     summary = orjson.loads(result.stdout)

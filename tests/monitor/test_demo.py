@@ -5,9 +5,9 @@ from __future__ import annotations
 from rich.console import Console
 
 from trajforge.demo import DemoContext, sample_dir
+from trajforge.demo.monitor import demo_step
 from trajforge.importers import import_paths
 from trajforge.monitor import load_detector
-from trajforge.monitor.demo import demo_step
 
 
 def test_demo_step_trains_and_scores_on_the_sample(store, tmp_path):

@@ -102,14 +102,30 @@ def test_answers_from_a_real_endpoint_reach_the_right_runs(swe_trajs):
     assert summary["risks"][going[0].id] == (0.8 if not going[0].outcome.success else 0.2)
 
 
-def test_an_unusable_answer_names_the_run_and_step(swe_trajs):
-    traj = swe_trajs[0]
-    match = f"run {traj.id[:12]} at step {STEP}.*rather not"
+def test_unusable_answers_are_retried_counted_and_the_batch_goes_on(swe_trajs):
+    going = [t for t in swe_trajs if len(t.assistant_indices()) > STEP][:4]
+    bad = going[0]
+    oracle = _oracle_script(going)
+
+    def reply(request: dict):
+        if request["messages"][-1]["content"].startswith(f"Task:\n{bad.task.instruction[:8000]}"):
+            return "I would rather not say."
+        return oracle(request)
+
+    with MockOpenAIServer(reply) as server:
+        summary = judge_at_step(PrefixJudge(_model(server)), going, STEP, workers=2)
+        calls = len(server.requests)
+    assert summary["failed_calls"] == 1 and summary["runs"] == len(going) - 1
+    assert (
+        "unparseable reply" in summary["failures"][bad.id]
+        and "rather not" in summary["failures"][bad.id]
+    )
+    assert calls == 3 + len(going) - 1  # three attempts at the bad run, one at each other
     with (
-        MockOpenAIServer(["I would rather not say."]) as server,
-        pytest.raises(UserError, match=match),
+        MockOpenAIServer(["I would rather not say."] * 3) as server,
+        pytest.raises(UserError, match="every call failed"),
     ):
-        PrefixJudge(_model(server)).risk(traj, STEP)
+        judge_at_step(PrefixJudge(_model(server)), [bad], STEP, workers=1)
 
 
 def test_monitor_judge_command(monitor_db, swe_trajs):

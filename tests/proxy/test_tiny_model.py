@@ -65,7 +65,7 @@ def test_tiny_model_gives_real_logprobs_and_recomputes_them_consistently(tmp_pat
     assert first.logprobs == backend.score(first.prompt_token_ids, first.completion_token_ids)
     hashed = HashTokenBackend().score(first.prompt_token_ids, first.completion_token_ids)
     assert first.logprobs != hashed and all(lp < 0 for lp in first.logprobs)
-    check = [sys.executable, "-m", "trajforge.models.tiny_check", "--db", str(db)]
+    check = [sys.executable, "-m", "trajforge.export.tiny_check", "--db", str(db)]
     result = subprocess.run(check, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
     report = json.loads(result.stdout)

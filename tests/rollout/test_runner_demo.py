@@ -7,7 +7,7 @@ from pathlib import Path
 from rich.console import Console
 
 from trajforge.demo import DemoContext, sample_dir
-from trajforge.rollout.demo import CONDITIONS, demo_step
+from trajforge.demo.rollout import CONDITIONS, demo_step
 
 
 def test_demo_step_runs_batches_and_the_robustness_table(store, tmp_path: Path) -> None:

@@ -1,8 +1,9 @@
 """Agents: policies and user simulators, and a registry of policies by name."""
 
-from trajforge.agents.base import USER_STOP, EpisodeState, Policy, PolicyStep, UserSimulator
+from trajforge.agents.base import EpisodeState, Policy, PolicyStep, UserSimulator
 from trajforge.agents.expert import Distractor, ExpertPolicy, NoisyExpertConfig, NoisyExpertPolicy
 from trajforge.agents.llm import LLMPolicy
+from trajforge.envs.base import USER_STOP
 from trajforge.registry import Registry
 
 POLICIES: Registry[type] = Registry("policy")

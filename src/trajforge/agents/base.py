@@ -37,9 +37,6 @@ class Policy(Protocol):
     def act(self, state: EpisodeState) -> PolicyStep: ...
 
 
-USER_STOP = "###STOP###"
-
-
 class UserSimulator(Protocol):
     """Plays the user in conversational tasks; a reply containing `USER_STOP` ends the talk."""
 

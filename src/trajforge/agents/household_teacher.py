@@ -111,8 +111,9 @@ class Seen:
             self.closed.discard(opened.group("what"))
         if shut := _CLOSE.search(text):
             self.closed.add(shut.group("what"))
-        if seen := _SEEN.search(text):
-            where = seen.group("on") or self.at
+        seen = _SEEN.search(text)
+        where = (seen.group("on") or self.at) if seen else None
+        if seen and where is not None:
             items = seen.group("items")
             self.contents[where] = (
                 [] if items == "nothing" else [_strip(i) for i in items.split(", ")]

@@ -8,7 +8,8 @@ remainder reproduces the parent: a check of fork fidelity.
 
 from __future__ import annotations
 
-from trajforge.agents.base import USER_STOP, EpisodeState, PolicyStep
+from trajforge.agents.base import EpisodeState, PolicyStep
+from trajforge.envs.base import USER_STOP
 from trajforge.errors import EpisodeEnd
 from trajforge.schema import Message, Trajectory
 

@@ -12,24 +12,17 @@ roles swapped (the agent's messages as its input) and no tools.
 
 from __future__ import annotations
 
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 from pydantic import BaseModel, Field
 
-from trajforge.agents.base import USER_STOP, EpisodeState
-from trajforge.envs.base import Oracle
+from trajforge.agents.base import EpisodeState
+from trajforge.envs.base import USER_STOP, Oracle, UserFacts
 from trajforge.models.base import ChatModel
 from trajforge.schema import Message, Task
 
 IDENTIFY_WORDS = ("user id", "email", "zip", "your name", "full name", "identify", "verify")
 CONFIRM_WORDS = ("confirm", "proceed", "would you like", "shall i", "should i", "yes", "go ahead")
-
-
-@runtime_checkable
-class UserFacts(Protocol):
-    """Optional environment method: what the task's user can tell about themselves."""
-
-    def user_facts(self) -> dict[str, str]: ...
 
 
 class ScriptedUserConfig(BaseModel):

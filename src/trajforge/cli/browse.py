@@ -58,7 +58,7 @@ _OUTCOMES = {True: "success", False: "failure", None: "?"}
 
 def _row_cells(row: TrajectoryRow) -> tuple[str, ...]:
     return (
-        row.id[:12],
+        row.id,
         row.harness or "",
         row.model or "",
         row.environment or "",

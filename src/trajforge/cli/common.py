@@ -8,7 +8,7 @@ import sqlite3
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, NoReturn, TypeVar
+from typing import Annotated, Any, NoReturn, ParamSpec, TypeVar
 
 import orjson
 import typer
@@ -21,7 +21,8 @@ from trajforge.store import Store, TrajectoryFilter, default_db_path
 console = Console()
 err_console = Console(stderr=True)
 
-F = TypeVar("F", bound=Callable[..., Any])
+P = ParamSpec("P")
+R = TypeVar("R")
 
 DbOption = Annotated[
     Path | None,
@@ -105,7 +106,7 @@ def _printable(value: Any) -> Any:
     return value
 
 
-def guarded(func: F) -> F:
+def guarded(func: Callable[P, R]) -> Callable[P, R]:
     """Turn a `UserError` (or a store that SQLite cannot read or write) into one line on
     stderr and exit status 1.
 
@@ -114,7 +115,7 @@ def guarded(func: F) -> F:
     """
 
     @functools.wraps(func)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         tolerant_output()
         try:
             return func(*args, **kwargs)
@@ -123,7 +124,7 @@ def guarded(func: F) -> F:
         except sqlite3.DatabaseError as exc:
             fail(f"the store cannot be used: {exc}")
 
-    return wrapper  # type: ignore[return-value]
+    return wrapper
 
 
 MAX_ERROR_LINE = 2000

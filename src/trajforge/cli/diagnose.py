@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, get_args
 
 import typer
 from rich.table import Table
@@ -89,13 +89,15 @@ def _localizer(
         return load_diagnoser(model_file)
     if method != "llm":
         return make_localizer(method)
-    if mode not in JUDGE_MODES:
+    from trajforge.diagnose.judge import JudgeConfig, JudgeMode
+
+    judge_mode = next((m for m in get_args(JudgeMode) if m == mode), None)
+    if judge_mode is None:
         raise UserError(f"--judge-mode must be one of {', '.join(JUDGE_MODES)}, got '{mode}'")
-    from trajforge.diagnose.judge import JudgeConfig
     from trajforge.models.openai_compat import OpenAICompatibleModel, OpenAIModelConfig
 
     model = OpenAICompatibleModel(OpenAIModelConfig(base_url=base_url, model=llm_model))
-    config = JudgeConfig(mode=mode, evidence_first=evidence_first)  # type: ignore[arg-type]
+    config = JudgeConfig(mode=judge_mode, evidence_first=evidence_first)
     return make_localizer("llm", model=model, config=config)
 
 
@@ -149,16 +151,33 @@ def _run(db, flt, make_localizer, json_out) -> None:
         f"{len(diagnoses)} failed runs diagnosed; {verified} corrections verified on the first "
         f"proposal ({verified / len(diagnoses):.1%})"
     )
+    _print_failed_calls(diagnoses)
+
+
+def _print_failed_calls(diagnoses: list[Diagnosis]) -> None:
+    failed = [d for d in diagnoses if d.details.get("failed_call")]
+    if not failed:
+        return
+    console.print(
+        f"[yellow]{len(failed)} of {len(diagnoses)} runs got no diagnosis: the model call failed "
+        "after retries (stored with the reason):"
+    )
+    for d in failed:
+        console.print(f"  {d.trajectory_id}: {d.details['failed_call']}", markup=False)
 
 
 def diagnoses_table(diagnoses: list[Diagnosis]) -> Table:
-    table = Table(title=f"{len(diagnoses)} diagnoses")
+    table = Table(
+        title=f"{len(diagnoses)} diagnoses",
+        caption="step: the decisive assistant step; N+ = an omission (the run ended at step N "
+        "without the action it needed); - = none found",
+    )
     for column in ("trajectory", "step", "agent", "category", "verified", "by", "method"):
         table.add_column(column)
     for d in diagnoses:
         verdict = "[green]yes" if d.verified else "[red]no"
         table.add_row(
-            d.trajectory_id[:12],
+            d.trajectory_id,
             "-" if d.step is None else str(d.step) + ("+" if d.omission else ""),
             d.agent or "",
             d.category or "",
@@ -235,9 +254,8 @@ def _holdout_config(split, folds, seed, bootstrap, never_tune):
         raise UserError(f"--split must be task or dataset, got '{split}'")
     if folds < 2:
         raise UserError(f"--folds must be at least 2, got {folds}")
-    return HoldoutConfig(
-        split=split, folds=folds, seed=seed, bootstrap=bootstrap, never_tune=set(never_tune or [])
-    )
+    never = frozenset(never_tune or [])
+    return HoldoutConfig(split=split, folds=folds, seed=seed, bootstrap=bootstrap, never_tune=never)
 
 
 def _eval(db, flt, make_localizer, make_config, fresh, json_out) -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, get_args
 
 import typer
 from rich.console import Console
@@ -32,7 +32,7 @@ from trajforge.models.openai_compat import OpenAIModelConfig
 from trajforge.rollout.episode import Limits
 from trajforge.rollout.fork import ForkOptions, check_fork_index, fork, fork_summary
 from trajforge.rollout.handoff import HandoffConfig, HandoffMatrix, run_matrix
-from trajforge.rollout.policy_factory import AgentSpec, build_agents
+from trajforge.rollout.policy_factory import AgentSpec, UserKind, build_agents
 from trajforge.schema import Trajectory
 
 PolicyArg = Annotated[
@@ -88,8 +88,15 @@ def _show_state(ids: list[str], at: int, db: Path | None, json_out: bool) -> Non
         f"state {str(report.get('state_hash', '?'))[:12]}, distance {report.get('distance', '?')}",
         markup=False,
     )
+    console.print(DISTANCE_LEGEND, markup=False)
     for change in report.get("changed", []):
         console.print(f"  {change['table']} {change['key']}: {change['record']}", markup=False)
+
+
+DISTANCE_LEGEND = (
+    "  (distance: the oracle's count of gold writes still missing, +1 while a required answer is "
+    "unsaid; 0 = solved, None = the database left every gold path)"
+)
 
 
 def print_replay(summary: ReplaySummary, console: Console) -> None:
@@ -171,10 +178,11 @@ def _spec(
     llm_model: str | None,
     api_key: str | None,
 ) -> AgentSpec:
-    if user not in ("scripted", "llm"):
+    kind = next((k for k in get_args(UserKind) if k == user), None)
+    if kind is None:
         raise UserError(f"--user must be 'scripted' or 'llm', got '{user}'")
     llm = OpenAIModelConfig(base_url=base_url, model=llm_model, api_key=api_key)
-    return AgentSpec(policy=policy, seed=seed, error_rate=error_rate, user=user, llm=llm)
+    return AgentSpec(policy=policy, seed=seed, error_rate=error_rate, user=kind, llm=llm)
 
 
 def handoff_command(

@@ -73,12 +73,22 @@ def by_folder(paths: list[str]) -> list[tuple[str, int]]:
     return list(Counter(str(Path(p).parent) for p in paths).items())
 
 
+def _files_text(report: ImportReport) -> str:
+    """'3 files (2 tau-bench, 1 failed)': read files by format, then the failed ones."""
+    parts = [
+        f"{n} {name}" for name, n in Counter(f.format for f in report.files if not f.error).items()
+    ]
+    if report.failed:
+        parts.append(f"{len(report.failed)} failed")
+    count = len(report.files)
+    noun = "file" if count == 1 else "files"
+    return f"{count} {noun} ({', '.join(parts)})" if parts else f"{count} {noun}"
+
+
 def print_import_report(report: ImportReport, out: Console = console) -> None:
     """The import summary: counts, skipped files grouped by folder, one line per failure."""
-    formats = Counter(f.format for f in report.files if not f.error)
     out.print(
-        f"imported [bold green]{report.added}[/] trajectories from {len(report.files)} files "
-        f"({', '.join(f'{n} {name}' for name, n in formats.items()) or 'none'}); "
+        f"imported [bold green]{report.added}[/] trajectories from {_files_text(report)}; "
         f"skipped [bold]{report.duplicates}[/] as duplicates; "
         f"{len(report.sidecars)} companion files consumed",
         soft_wrap=True,

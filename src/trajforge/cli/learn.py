@@ -66,7 +66,12 @@ def stored_rows(db: Path | None, flt) -> list[dict[str, Any]]:
         trajs = list(store.query(flt))
     return [
         training_row(
-            t, masked=[lb.message_index for lb in t.labels if lb.category == "deliberate_error"]
+            t,
+            masked=[
+                lb.message_index
+                for lb in t.labels
+                if lb.category == "deliberate_error" and lb.message_index is not None
+            ],
         )
         for t in trajs
     ]
@@ -197,7 +202,7 @@ def eval_command(
     avoid = _trained_on(trained_on)
     if checkpoint is not None:
         report = evaluate_checkpoint(checkpoint, config, avoid)
-    else:
+    elif policy is not None:
         options = {
             "base_url": base_url,
             "model": llm_model,

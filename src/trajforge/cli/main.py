@@ -6,6 +6,10 @@ start-up stays short for quick commands such as `ls` and `show`.
 
 from __future__ import annotations
 
+import os
+import sys
+from typing import Annotated
+
 import typer
 
 from trajforge.cli.lazy import LazyGroup
@@ -48,8 +52,35 @@ app = typer.Typer(
 )
 
 
+PIPED_WIDTH = 160
+"""Columns for help and tables when output is not a terminal (rich would assume 80 and cut)."""
+
+
+def _wide_when_piped() -> None:
+    if "COLUMNS" not in os.environ and not sys.stdout.isatty():
+        os.environ["COLUMNS"] = str(PIPED_WIDTH)
+
+
+_wide_when_piped()
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from trajforge.version import __version__
+
+        typer.echo(f"trajforge {__version__}")
+        raise typer.Exit()
+
+
 @app.callback()
-def main() -> None:
+def main(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_print_version, is_eager=True, help="Print the version and exit."
+        ),
+    ] = False,
+) -> None:
     """Import, fork, diagnose and learn from LLM-agent trajectories."""
 
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 from rich.table import Table
@@ -29,8 +31,12 @@ from trajforge.errors import UserError
 from trajforge.schema import Trajectory
 
 if TYPE_CHECKING:
+    from rich.progress import Progress, TaskID
+
     from trajforge.monitor import RunFeatures
     from trajforge.monitor.detectors import Detector
+
+T = TypeVar("T")
 
 # trajforge.monitor loads scikit-learn (seconds); commands import it when they run, so the
 # rest of the CLI starts fast.
@@ -40,12 +46,17 @@ app = typer.Typer(help="Score run prefixes for failure risk and stop doomed runs
 DetectorOption = Annotated[
     str, typer.Option("--detector", help="Detector to train: learned, length or rule.")
 ]
-MonitorModelOption = Annotated[
-    Path | None, typer.Option("--model", help="Trained monitor model file (monitor train --out).")
+MonitorFileOption = Annotated[
+    Path | None,
+    typer.Option("--monitor", help="Trained monitor model file (monitor train --out)."),
 ]
 AgentModelOption = Annotated[
     str | None,
-    typer.Option("--agent-model", help="Only runs whose agent model contains this."),
+    typer.Option(
+        "--model",
+        "--agent-model",  # deprecated spelling, kept so old scripts still run
+        help="Only runs whose agent model contains this.",
+    ),
 ]
 
 
@@ -54,13 +65,27 @@ def _stored(db, harness, agent_model, env, task, limit) -> list[Trajectory]:
         return list(store.query(make_filter(harness, agent_model, env, task, None, limit)))
 
 
-def _runs(db, harness, agent_model, env, task, limit) -> list[RunFeatures]:
+def _runs(db, harness, agent_model, env, task, limit, progress=None) -> list[RunFeatures]:
+    """Featurized runs of the filter; advances a "reading runs" bar when `progress` is given."""
     from trajforge.monitor import featurize_runs
 
-    runs = featurize_runs(_stored(db, harness, agent_model, env, task, limit))
+    flt = make_filter(harness, agent_model, env, task, None, None)  # --limit counts usable runs
+    with open_store(db) as store:
+        trajs = store.query(flt)
+        if progress is not None:
+            bar = progress.add_task("reading runs", total=store.count(flt))
+            trajs = _advancing(trajs, progress, bar)
+        usable = (run for traj in trajs for run in featurize_runs([traj]))
+        runs = list(itertools.islice(usable, limit))
     if not runs:
         raise UserError("no stored runs with a known outcome match the filters")
     return runs
+
+
+def _advancing(items: Iterable[T], progress: Progress, bar: TaskID) -> Iterator[T]:
+    for item in items:
+        yield item
+        progress.advance(bar)
 
 
 def train_command(
@@ -77,10 +102,12 @@ def train_command(
     """Train a detector on the selected runs (all of them) and save it."""
     from trajforge.monitor import DETECTORS, save_detector
 
-    runs = _runs(db, harness, agent_model, env, task, limit)
-    trained: Detector = DETECTORS.get(detector)()
-    trained.fit(runs)
-    info = {"runs": len(runs), "failed": sum(r.failed for r in runs)}
+    with progress_bar(json_out) as progress:
+        runs = _runs(db, harness, agent_model, env, task, limit, progress)
+        progress.add_task(f"training {detector} detector", total=None)
+        trained: Detector = DETECTORS.get(detector)()
+        trained.fit(runs)
+    info: dict[str, Any] = {"runs": len(runs), "failed": sum(r.failed for r in runs)}
     info["trained_groups"] = sorted({r.group for r in runs})
     info |= _learned_info(trained)
     save_detector(trained, out, info)
@@ -88,17 +115,38 @@ def train_command(
     if json_out:
         print_json(summary | info)
         return
-    console.print(f"trained {trained.name} detector on {info['runs']} runs -> {out}")
-    console.print(f"stop thresholds by loss: {trained.thresholds}")
+    console.print(_train_report(trained, info, out))
 
 
-def _learned_info(detector: Detector) -> dict:
-    kind = getattr(detector, "kind", None)
-    return {"estimator": kind, "inner_auroc": detector.inner_auroc} if kind else {}
+def _train_report(trained: Detector, info: dict, out: Path) -> Table:
+    table = Table(title=f"{trained.name} detector trained on {info['runs']} runs -> {out}")
+    table.add_column("measure")
+    table.add_column("value")
+    table.add_row("runs (failed)", f"{info['runs']} ({info['failed']})")
+    table.add_row("groups trained on", str(len(info["trained_groups"])))
+    if info.get("estimator"):
+        table.add_row("estimator chosen", str(info["estimator"]))
+        for kind, auroc in (info.get("inner_auroc") or {}).items():
+            table.add_row(f"inner CV AUROC of {kind} (training runs)", _rounded(auroc))
+    for loss, threshold in trained.thresholds.items():
+        table.add_row(f"stop threshold at loss {loss}", _rounded(threshold))
+    return table
+
+
+def _rounded(value: object) -> str:
+    return f"{value:.3f}" if isinstance(value, float) else ("-" if value is None else str(value))
+
+
+def _learned_info(detector: Detector) -> dict[str, Any]:
+    from trajforge.monitor.detectors import LearnedDetector
+
+    if not isinstance(detector, LearnedDetector) or detector.kind is None:
+        return {}
+    return {"estimator": detector.kind, "inner_auroc": detector.inner_auroc}
 
 
 def eval_command(
-    model_file: MonitorModelOption = None,
+    model_file: MonitorFileOption = None,
     db: DbOption = None,
     harness: HarnessOption = None,
     agent_model: AgentModelOption = None,
@@ -123,19 +171,27 @@ def eval_command(
         read_header,
     )
 
-    runs = _runs(db, harness, agent_model, env, task, limit)
-    if model_file is not None:
-        trained = read_header(model_file).get("trained_groups")
-        summary = evaluate_saved(load_detector(model_file), runs, trained, bootstrap, seed)
-    else:
-        summary = cross_validate(runs, DETECTORS.get("learned"), folds, seed).summary(bootstrap)
-        summary["sample"] = f"out-of-sample: {folds}-fold cross-validation grouped by task"
-        if baselines:
-            summary["baselines"] = {
-                name: _headline(cross_validate(runs, DETECTORS.get(name), folds, seed).summary(0))
-                for name in ("length", "rule")
-            }
-    summary["headroom"] = headroom(runs, folds, seed)
+    with progress_bar(json_out) as progress:
+        runs = _runs(db, harness, agent_model, env, task, limit, progress)
+        detectors = ["learned", *(("length", "rule") if baselines else ())]
+        stages = 1 if model_file is not None else folds * len(detectors)
+        bar = progress.add_task("evaluating", total=stages + 1)
+        if model_file is not None:
+            trained = read_header(model_file).get("trained_groups")
+            summary = evaluate_saved(load_detector(model_file), runs, trained, bootstrap, seed)
+            progress.advance(bar)
+        else:
+
+            def cv(name: str, rounds: int) -> dict:
+                make = _counted(DETECTORS.get(name), lambda: progress.advance(bar))
+                return cross_validate(runs, make, folds, seed).summary(rounds)
+
+            summary = cv("learned", bootstrap)
+            summary["sample"] = f"out-of-sample: {folds}-fold cross-validation grouped by task"
+            if baselines:
+                summary["baselines"] = {name: _headline(cv(name, 0)) for name in detectors[1:]}
+        summary["headroom"] = headroom(runs, folds, seed)
+        progress.advance(bar)
     if json_out:
         print_json(summary)
         return
@@ -147,6 +203,16 @@ def eval_command(
             f"IN-SAMPLE (not a generalization figure), {seen['runs']} runs of training tasks: "
             f"AUROC at step 10 {seen.get('auroc_at_step.10')}"
         )
+
+
+def _counted(make: Callable[[], Detector], tick: Callable[[], None]) -> Callable[[], Detector]:
+    """`make`, calling `tick` each time a detector is built (once per cross-validation fold)."""
+
+    def counted() -> Detector:
+        tick()
+        return make()
+
+    return counted
 
 
 def _headline(summary: dict) -> dict:
@@ -176,11 +242,11 @@ def _summary_table(summary: dict) -> Table:
 
 def score_command(
     traj_id: Annotated[str, typer.Argument(help="Trajectory id or unique prefix.")],
-    model_file: MonitorModelOption = None,
+    model_file: MonitorFileOption = None,
     db: DbOption = None,
     json_out: JsonOption = False,
 ) -> None:
-    """Failure risk after every step of one run (rule baseline unless --model is given)."""
+    """Failure risk after every step of one run (rule baseline unless --monitor is given)."""
     from trajforge.monitor import RuleDetector, load_detector, risk_curve
 
     detector = load_detector(model_file) if model_file else RuleDetector()
@@ -243,7 +309,7 @@ def judge_command(
 
     config = OpenAIModelConfig(base_url=base_url, model=llm_model, api_key=api_key)
     judge = PrefixJudge(OpenAICompatibleModel(config))
-    going = runs_going(_stored(db, harness, agent_model, env, task, limit), step)
+    going = runs_going(_stored(db, harness, agent_model, env, task, None), step)[:limit]
     with progress_bar(json_out) as progress:
         bar = progress.add_task(f"judging step {step}", total=len(going))
         summary = judge_at_step(judge, going, step, workers, lambda: progress.advance(bar))
@@ -254,6 +320,11 @@ def judge_command(
         f"judge {summary['judge']} at step {step}: {summary['runs']} runs "
         f"({summary['failed']} failed), AUROC {summary['auroc']}, AUPRC {summary['auprc']}"
     )
+    if summary["failed_calls"]:
+        console.print(
+            f"[yellow]{summary['failed_calls']} runs not judged: the model call failed after "
+            "retries (--json lists the reasons)"
+        )
 
 
 app.command("train")(guarded(train_command))

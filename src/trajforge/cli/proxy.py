@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -17,7 +18,7 @@ if TYPE_CHECKING:
 HostOption = Annotated[str, typer.Option("--host", help="Interface to bind (loopback default).")]
 
 
-def _serve(app: object, host: str, port: int, what: str) -> None:
+def _serve(app: Callable[..., Any], host: str, port: int, what: str) -> None:
     err_console.print(f"{what} on http://{host}:{port}/v1 (Ctrl-C stops)", highlight=False)
     import uvicorn  # the server stack loads only for the commands that serve
 

@@ -24,22 +24,44 @@ def render_trajectory(console: Console, traj: Trajectory, full: bool = False) ->
 
 
 def _header(traj: Trajectory) -> Panel:
-    outcome = traj.outcome
-    verdict = {True: "[green]success[/]", False: "[red]failure[/]", None: "unknown"}
     lines = [
         f"[bold]{traj.id}[/]  task {traj.task.id} ({traj.task.environment or '?'})",
-        f"source {traj.source.harness or '?'} · model {traj.source.model or '?'}"
-        f" · run {traj.source.run or '-'}",
-        f"outcome {verdict[outcome.success]} reward={outcome.reward} "
-        f"judged by {outcome.judged_by or '?'} · ended: {outcome.termination_reason or '?'}",
-        f"{len(traj.messages)} messages · {len(traj.assistant_indices())} steps · "
-        f"tokens {traj.usage.total_tokens if traj.usage.total_tokens is not None else '?'}",
+        _source_line(traj),
+        _outcome_line(traj),
+        _size_line(traj),
     ]
     if traj.parent:
         lines.append(f"fork of {traj.parent.trajectory_id} at message {traj.parent.message_index}")
     if traj.task.instruction:
         lines.append(Text(_shorten(traj.task.instruction, 600, False), style="italic").markup)
     return Panel("\n".join(lines), title="trajectory")
+
+
+def _source_line(traj: Trajectory) -> str:
+    src = traj.source
+    named = [("source", src.harness), ("model", src.model), ("run", src.run)]
+    return " · ".join(f"{key} {value}" for key, value in named if value) or "source unknown"
+
+
+def _outcome_line(traj: Trajectory) -> str:
+    """Verdict, reward, judge and end reason; parts that are unknown are left out."""
+    outcome = traj.outcome
+    verdict = {True: "[green]success[/]", False: "[red]failure[/]", None: "outcome unknown"}
+    parts = [verdict[outcome.success]]
+    if outcome.reward is not None:
+        parts.append(f"reward {outcome.reward:g}")
+    if outcome.judged_by:
+        parts.append(f"judged by {outcome.judged_by}")
+    if outcome.termination_reason:
+        parts.append(f"ended: {outcome.termination_reason}")
+    return " · ".join(parts)
+
+
+def _size_line(traj: Trajectory) -> str:
+    parts = [f"{len(traj.messages)} messages", f"{len(traj.assistant_indices())} steps"]
+    if traj.usage.total_tokens is not None:
+        parts.append(f"{traj.usage.total_tokens} tokens")
+    return " · ".join(parts)
 
 
 def _notes_by_index(traj: Trajectory) -> dict[int | None, list[Text]]:

@@ -26,8 +26,8 @@ from trajforge.cli.common import (
 from trajforge.export import EXPORTERS, export
 from trajforge.outputs import check_output_path
 from trajforge.schema import json_schema
-from trajforge.stats import compute_stats
 from trajforge.store import default_db_path
+from trajforge.store.stats import compute_stats
 
 
 def stats_command(

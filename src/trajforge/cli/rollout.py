@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich import progress as rich_progress
@@ -22,7 +22,7 @@ from trajforge.cli.common import (
     print_json,
 )
 from trajforge.envs.faults import check_tools, parse_fault_spec
-from trajforge.evaluate.robustness import BASELINE, ConditionReport, robustness_report
+from trajforge.evaluate.robustness import BASELINE, ConditionReport, KindReport, robustness_report
 from trajforge.generate.rft import RFTConfig, select, totals, write_sft
 from trajforge.rollout.backends import BACKENDS
 from trajforge.rollout.episode import Limits
@@ -76,7 +76,7 @@ class LiveProgress(Progress):
             console=err_console,
         )
         self.title = title
-        self.task_id = None
+        self.task_id: rich_progress.TaskID | None = None
         self.finished = self.successes = self.tokens = 0
 
     def __enter__(self) -> LiveProgress:
@@ -92,15 +92,19 @@ class LiveProgress(Progress):
             title, total=total, completed=skipped, running=0, rate="-", tokens=0
         )
 
+    def _update(self, **fields: Any) -> None:
+        if self.task_id is not None:
+            self.bar.update(self.task_id, **fields)
+
     def running(self, count: int) -> None:
-        self.bar.update(self.task_id, running=count)
+        self._update(running=count)
 
     def done(self, episode: FinishedEpisode) -> None:
         self.finished += 1
         self.successes += bool(episode.success)
         self.tokens += episode.tokens
         rate = f"{self.successes / self.finished:.0%}"
-        self.bar.update(self.task_id, advance=1, rate=rate, tokens=self.tokens)
+        self._update(advance=1, rate=rate, tokens=self.tokens)
 
 
 def build_config(
@@ -148,6 +152,23 @@ def execute(
             return run_episodes(config, store, run_on, concurrency, live)
 
 
+def policy_options(
+    error_rate: float,
+    base_url: str | None,
+    llm_model: str | None,
+    api_key: str | None,
+    temperature: float,
+) -> PolicyOptions:
+    """The policy options of the rollout commands' shared flags."""
+    return PolicyOptions(
+        error_rate=error_rate,
+        base_url=base_url,
+        model=llm_model,
+        api_key=api_key,
+        temperature=temperature,
+    )
+
+
 def rollout_command(
     env: EnvArg,
     tasks: TasksArg = "10",
@@ -171,13 +192,7 @@ def rollout_command(
 ) -> None:
     """Run a policy on tasks of an environment (optionally with tool faults) into the store."""
     limits = Limits(max_steps=max_steps, max_tokens=max_tokens, max_wall_s=max_wall)
-    options = PolicyOptions(
-        error_rate=error_rate,
-        base_url=base_url,
-        model=llm_model,
-        api_key=api_key,
-        temperature=temperature,
-    )
+    options = policy_options(error_rate, base_url, llm_model, api_key, temperature)
     config = build_config(env, tasks, policy, n, faults, seed, limits, options, run)
     summary, _ = execute(config, db, backend, concurrency, show=not json_out)
     if json_out:
@@ -222,13 +237,7 @@ def rft_command(
     json_out: JsonOption = False,
 ) -> None:
     """Sample K rollouts per task, keep verified successes without near-duplicates, write SFT."""
-    options = PolicyOptions(
-        error_rate=error_rate,
-        base_url=base_url,
-        model=llm_model,
-        api_key=api_key,
-        temperature=temperature,
-    )
+    options = policy_options(error_rate, base_url, llm_model, api_key, temperature)
     limits = Limits(max_steps=max_steps)
     config = build_config(env, tasks, policy, k, None, seed, limits, options, run="rft")
     _, episodes = execute(config, db, backend, concurrency, show=not json_out)
@@ -278,13 +287,7 @@ def robustness_command(
     conditions = faults or DEFAULT_CONDITIONS
     for condition in conditions:
         check_tools(parse_fault_spec(condition), make_env(env))
-    options = PolicyOptions(
-        error_rate=error_rate,
-        base_url=base_url,
-        model=llm_model,
-        api_key=api_key,
-        temperature=temperature,
-    )
+    options = policy_options(error_rate, base_url, llm_model, api_key, temperature)
     limits = Limits(max_steps=max_steps)
     base = build_config(env, tasks, policy, n, None, seed, limits, options, run="robustness")
     runs: dict[str, list[Trajectory]] = {}
@@ -311,7 +314,7 @@ def robustness_table(reports: list[ConditionReport]) -> Table:
         table.add_column(f"pass^{k}", justify="right")
     for report in reports:
         passes = [_rate(report.pass_k.get(k)) for k in range(1, samples + 1)]
-        kinds = report.kinds or [None]
+        kinds: list[KindReport | None] = list(report.kinds) or [None]
         for number, kind in enumerate(kinds):
             head = [report.condition, str(report.episodes), _rate(report.success_rate)]
             tail = passes if number == 0 else [""] * samples

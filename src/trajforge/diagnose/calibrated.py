@@ -98,7 +98,7 @@ class CalibratedLocalizer:
         if not isinstance(self.base, Fittable):
             return {t.id: self.base.localize(t) for t in labelled}, self.base
         tasks = sorted({task_key(t) for t in labelled})
-        answers = {}
+        answers: dict[str, Diagnosis | None] = {}
         for fold in range(INNER_FOLDS):
             held = set(tasks[fold::INNER_FOLDS])
             rest = [t for t in labelled if task_key(t) not in held]

@@ -25,6 +25,7 @@ from trajforge.diagnose.heuristics.gold import (
     support_for,
 )
 from trajforge.diagnose.model import Correction, Diagnosis, Evidence
+from trajforge.diagnose.taxonomy import Category
 from trajforge.envs.base import Environment, Oracle
 from trajforge.envs.replay import make_env, replay_to
 from trajforge.errors import UserError
@@ -88,8 +89,7 @@ def expert_succeeds(env: Environment, traj: Trajectory, cut: int) -> bool:
 def expert_action_before(env: Environment, traj: Trajectory, index: int) -> Message | None:
     """The oracle's action in the state before message `index`, as an assistant message."""
     replay_to(env, traj, index)
-    if hasattr(env, "bind_conversation"):
-        env.bind_conversation(list(traj.messages[:index]))
+    env.bind_conversation(list(traj.messages[:index]))
     action = env.expert_action() if isinstance(env, Oracle) else None
     if isinstance(action, ToolCall):
         call = action.model_copy(update={"id": f"correction_{index}"})
@@ -162,7 +162,7 @@ def _decisive(env: Environment, traj: Trajectory, index: int, values: dict[int, 
         step=index,
         confidence=1.0,
         agent=message.name or "assistant",
-        category=category,  # type: ignore[arg-type]
+        category=category,
         explanation=f"{why}. The expert succeeds from every earlier agent step but not from "
         f"the state after message {index}",
         evidence=evidence,
@@ -171,13 +171,15 @@ def _decisive(env: Environment, traj: Trajectory, index: int, values: dict[int, 
     )
 
 
-def _explain(traj: Trajectory, index: int, intended: dict | None) -> tuple[str, str, list]:
+def _explain(
+    traj: Trajectory, index: int, intended: dict | None
+) -> tuple[Category | None, str, list]:
     """Category, explanation and evidence for the decisive message: the gold-action reading
     of the same step when the run records gold actions, else a comparison with the expert's
     action in that state."""
     by_gold = localize_by_gold(traj)
     if by_gold is not None and by_gold.step == index and not by_gold.omission:
-        return str(by_gold.category), by_gold.explanation, by_gold.evidence
+        return by_gold.category, by_gold.explanation, by_gold.evidence
     message = traj.messages[index]
     evidence = [Evidence(message_index=index, quote=_quote(message), note="after this, V=false")]
     calls = [c for c in message.tool_calls or [] if is_write(c.name)] or (message.tool_calls or [])

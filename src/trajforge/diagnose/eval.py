@@ -90,8 +90,8 @@ def evaluate(method: str, pairs: list[tuple[Trajectory, Diagnosis]]) -> EvalRepo
     constant_agent = next((a for a in agents if agent_key(a) == top), None)
     n = len(scored)
 
-    def near(predicted: int | None, truth: int, width: int) -> bool:
-        return predicted is not None and abs(predicted - truth) <= width
+    def near(predicted: int | None, truth: int | None, width: int) -> bool:
+        return predicted is not None and truth is not None and abs(predicted - truth) <= width
 
     forks = [d for _, d in pairs if d.verification and d.verification.method == "fork"]
     verified = sum(d.verified for _, d in pairs)

@@ -33,12 +33,13 @@ def is_error_text(text: str) -> bool:
 
 def canonical_arguments(arguments: str | dict[str, Any]) -> str:
     """Arguments as sorted-key JSON (invalid JSON is kept as its raw text)."""
+    parsed: Any = arguments
     if isinstance(arguments, str):
         try:
-            arguments = orjson.loads(arguments)
+            parsed = orjson.loads(arguments)
         except orjson.JSONDecodeError:
             return arguments
-    return orjson.dumps(arguments, option=orjson.OPT_SORT_KEYS).decode()
+    return orjson.dumps(parsed, option=orjson.OPT_SORT_KEYS).decode()
 
 
 def calls_with_results(traj: Trajectory) -> list[tuple[int, ToolCall, int | None]]:

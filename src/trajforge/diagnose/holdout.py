@@ -136,7 +136,7 @@ class HoldoutConfig(BaseModel):
 
 def evaluate_holdout(
     runs: Sequence[Trajectory],
-    method: object,
+    method: Localizer,
     diagnose: Diagnose,
     config: HoldoutConfig | None = None,
 ) -> HoldoutReport:
@@ -197,7 +197,7 @@ def _dataset_score(
     name: str,
     tested: list[Trajectory],
     everything: list[Trajectory],
-    method: object,
+    method: Localizer,
     diagnose: Diagnose,
     config: HoldoutConfig,
 ) -> DatasetScore:
@@ -214,7 +214,7 @@ def _dataset_score(
             fitted = method.fit(tuning)
             predicted |= {d.trajectory_id: d for d in diagnose(fitted, test)}
     else:
-        predicted = {d.trajectory_id: d for d in diagnose(method, tested)}  # type: ignore[arg-type]
+        predicted = {d.trajectory_id: d for d in diagnose(method, tested)}
         split = "none needed: the method has no tuned parts"
     if isinstance(method, HandTuned):
         tuned_on |= set(method.tuned_on)

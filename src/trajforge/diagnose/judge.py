@@ -23,27 +23,29 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-import openai
 import orjson
 from pydantic import BaseModel, Field
 
 from trajforge.diagnose.evidence import speaker
 from trajforge.diagnose.model import Correction, Diagnosis, Evidence
 from trajforge.diagnose.taxonomy import CATEGORIES, taxonomy_text
+from trajforge.diagnose.transcript import transcript
 from trajforge.diagnose.validation import Finding, render, validation_log
-from trajforge.errors import UserError
-from trajforge.generate.views import transcript
 from trajforge.models.base import ChatModel
+from trajforge.models.retry import Asked, ask_parsed
 from trajforge.models.structured import function_answer
 from trajforge.schema import Message, ToolCall, Trajectory
 
 REPORT_TOOL = "report_diagnosis"
 
 
+JudgeMode = Literal["all-at-once", "step-by-step"]
+
+
 class JudgeConfig(BaseModel):
     """How the judge reads a run."""
 
-    mode: Literal["all-at-once", "step-by-step"] = Field(
+    mode: JudgeMode = Field(
         default="all-at-once", description="One call for the whole run, or one per agent step."
     )
     max_chars: int = Field(default=3000, description="Longer messages are shortened.")
@@ -120,7 +122,7 @@ class LLMJudge:
     def __init__(
         self,
         model: ChatModel | None = None,
-        mode: str = "all-at-once",
+        mode: JudgeMode = "all-at-once",
         config: JudgeConfig | None = None,
     ) -> None:
         if model is None:
@@ -128,7 +130,7 @@ class LLMJudge:
 
             model = OpenAICompatibleModel()
         self.model = model
-        self.config = config or JudgeConfig(mode=mode)  # type: ignore[arg-type]
+        self.config = config or JudgeConfig(mode=mode)
 
     def check(self, traj: Trajectory) -> None:
         return None
@@ -138,7 +140,10 @@ class LLMJudge:
         if self.config.mode == "step-by-step":
             return self._step_by_step(traj, findings)
         upto = len(traj.messages)
-        report = self._ask(traj, upto, "Which message is the decisive error?", findings)
+        asked = self._ask(traj, upto, "Which message is the decisive error?", findings)
+        if asked.failure:
+            return failed_call(traj, asked.failure, self.model.name)
+        report = asked.value
         invalid = self._invalid(traj, report, findings, upto)
         if invalid:
             return _invalid_answer(traj, report, invalid, self.model.name)
@@ -159,12 +164,17 @@ class LLMJudge:
     def _step_by_step(self, traj: Trajectory, findings: list[Finding] | None) -> Diagnosis | None:
         steps = [i for i, m in enumerate(traj.messages) if m.role == "assistant"]
         rejected: list[dict[str, Any]] = []
+        failures: list[str] = []
         for index in steps[: self.config.max_steps]:
             question = (
                 f"Is message {index} (the last one) the decisive error? Set error=true and "
                 f"step={index} if it is, error=false otherwise."
             )
-            report = self._ask(traj, index + 1, question, findings)
+            asked = self._ask(traj, index + 1, question, findings)
+            if asked.failure:
+                failures.append(f"step {index}: {asked.failure}")
+                continue
+            report = asked.value
             if not (report and report.get("error") is True):
                 continue
             invalid = self._invalid(traj, report, findings, index + 1)
@@ -174,12 +184,15 @@ class LLMJudge:
             report["step"] = index
             found = to_diagnosis(traj, report, self.model.name, findings)
             found.details["rejected_answers"] = rejected
+            found.details["failed_calls"] = failures
             return found
+        if failures:
+            return failed_call(traj, "; ".join(failures), self.model.name)
         return None
 
     def _ask(
         self, traj: Trajectory, upto: int, question: str, findings: list[Finding] | None
-    ) -> dict[str, Any] | None:
+    ) -> Asked[dict[str, Any]]:
         evidence = ""
         if findings is not None:
             evidence = (
@@ -193,11 +206,7 @@ class LLMJudge:
         )
         messages = [Message(role="system", content=SYSTEM), Message(role="user", content=prompt)]
         tool = report_tool(findings is not None)
-        try:
-            reply = self.model.complete(messages, [tool])
-        except (openai.APIConnectionError, openai.APIStatusError) as exc:
-            raise UserError(f"LLM judge '{self.model.name}' failed: {exc}") from None
-        return parse_report(reply.message)
+        return ask_parsed(self.model, messages, [tool], parse_report)
 
 
 def citation_problem(report: dict[str, Any], shown: list[Finding], traj: Trajectory) -> str | None:
@@ -220,6 +229,17 @@ def citation_problem(report: dict[str, Any], shown: list[Finding], traj: Traject
     return None
 
 
+def failed_call(traj: Trajectory, why: str, judge: str) -> Diagnosis:
+    """The record of a run the model could not diagnose: no step, the reason, and a flag."""
+    return Diagnosis(
+        trajectory_id=traj.id,
+        method="llm",
+        step=None,
+        explanation=f"judge {judge}: no diagnosis: {why}",
+        details={"judge": judge, "failed_call": why},
+    )
+
+
 def _invalid_answer(
     traj: Trajectory, report: dict[str, Any] | None, why: str, judge: str
 ) -> Diagnosis:
@@ -240,7 +260,7 @@ def to_diagnosis(
 ) -> Diagnosis:
     """A diagnosis from the judge's answer; an unusable answer gives step None and why."""
     step = report.get("step") if report else None
-    if not isinstance(step, int) or not 0 <= step < len(traj.messages):
+    if report is None or not isinstance(step, int) or not 0 <= step < len(traj.messages):
         why = "no structured answer" if report is None else f"step {step!r} is not in the run"
         return Diagnosis(
             trajectory_id=traj.id,

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from trajforge.diagnose.heuristics import localize_heuristic
-from trajforge.diagnose.model import Diagnosis
+from trajforge.diagnose.model import Diagnosis, no_decisive_error
 from trajforge.registry import Registry
 from trajforge.schema import Trajectory
 
@@ -66,8 +66,10 @@ class AutoLocalizer:
     def localize(self, traj: Trajectory) -> Diagnosis | None:
         from trajforge.diagnose.forking import forkable
 
-        chosen = self.counterfactual if forkable(traj) else self.heuristic
-        return chosen.localize(traj)
+        if forkable(traj):
+            found = self.counterfactual.localize(traj)
+            return found or no_decisive_error(traj.id, "counterfactual")
+        return self.heuristic.localize(traj) or no_decisive_error(traj.id, "heuristic")
 
 
 LOCALIZERS: Registry[type] = Registry("diagnosis method")

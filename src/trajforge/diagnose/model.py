@@ -117,3 +117,13 @@ class Diagnosis(_Model):
             "confidence": self.confidence,
             "abstained": self.abstained,
         }
+
+
+def no_decisive_error(trajectory_id: str, method: Method) -> Diagnosis:
+    """The diagnosis of a method that found no decisive error in a failed run."""
+    return Diagnosis(
+        trajectory_id=trajectory_id,
+        method=method,
+        step=None,
+        explanation="the method found no decisive error in this run",
+    )

@@ -97,7 +97,8 @@ def _fit_format(runs: list[Trajectory]) -> FormatPrior:
             prior.agents[key] += 1
             prior.names.setdefault(key, label.agent)
     prior.relative = statistics.median(fractions) if fractions else 0.5
-    hits = [prior.step_for(t) == reference_label(t).message_index for t in runs]  # type: ignore[union-attr]
+    labels = [(t, label) for t in runs if (label := reference_label(t)) is not None]
+    hits = [prior.step_for(t) == label.message_index for t, label in labels]
     prior.accuracy = sum(hits) / len(hits) if hits else 0.0
     return prior
 

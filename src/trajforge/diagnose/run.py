@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable
 from typing import get_args
 
 from trajforge.diagnose.localize import LOCALIZERS, Localizer
-from trajforge.diagnose.model import Diagnosis, Method, Verification
+from trajforge.diagnose.model import Diagnosis, Method, Verification, no_decisive_error
 from trajforge.diagnose.storage import save_diagnoses
 from trajforge.diagnose.verify import verify_by_evidence
 from trajforge.errors import UserError
@@ -26,13 +26,22 @@ def is_failure(traj: Trajectory) -> bool:
 
 
 def select_failures(store: Store, flt: TrajectoryFilter) -> list[Trajectory]:
-    """The failed runs matching `flt`; a clear error when there are none."""
-    matched = list(store.query(flt))
+    """The failed runs matching `flt`; a clear error when there are none.
+
+    `flt.limit` counts failures, not runs read: `--limit 2` gives two failed runs when the
+    filter matches at least two.
+    """
+    matched, failures = 0, []
+    for traj in store.query(flt.model_copy(update={"limit": None})):
+        matched += 1
+        if is_failure(traj):
+            failures.append(traj)
+            if flt.limit is not None and len(failures) >= flt.limit:
+                break
     if not matched:
         raise UserError("no trajectories match the filter; check the options (trajforge ls)")
-    failures = [t for t in matched if is_failure(t)]
     if not failures:
-        which = matched[0].id if len(matched) == 1 else f"all {len(matched)} matching runs"
+        which = "the matching run" if matched == 1 else f"all {matched} matching runs"
         raise UserError(f"nothing to diagnose: {which} succeeded (diagnose reads failed runs)")
     return failures
 
@@ -53,16 +62,21 @@ def verify(traj: Trajectory, diagnosis: Diagnosis) -> Verification:
     return verify_by_evidence(traj, diagnosis, forking.tool_schemas(traj))
 
 
+def recorded_method(name: str) -> Method:
+    """The diagnosis method a localizer named `name` records; an unknown name is an error
+    (never recorded as another method)."""
+    method: Method | None = next((m for m in get_args(Method) if m == name), None)
+    if method is None:
+        known = ", ".join(get_args(Method))
+        raise UserError(f"localizer '{name}': its name must be a diagnosis method ({known})")
+    return method
+
+
 def diagnose_run(traj: Trajectory, localizer: Localizer) -> Diagnosis:
     """Stages 1-4 on one failed run (the diagnosis is returned, not stored)."""
     diagnosis = localizer.localize(traj)
     if diagnosis is None:
-        diagnosis = Diagnosis(
-            trajectory_id=traj.id,
-            method=localizer.name if localizer.name in get_args(Method) else "heuristic",
-            step=None,
-            explanation="the method found no decisive error in this run",
-        )
+        diagnosis = no_decisive_error(traj.id, recorded_method(localizer.name))
     diagnosis.verification = verify(traj, diagnosis)
     diagnosis.details.setdefault("first_proposal_verified", diagnosis.verified)
     return diagnosis.with_id()

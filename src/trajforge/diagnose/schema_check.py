@@ -1,25 +1,26 @@
-"""Checking a tool call against its tool's JSON schema (the subset tool schemas use).
+"""Checking a tool call against its tool's JSON schema, with `jsonschema`.
 
-Checks: the tool exists, the arguments are a JSON object, required fields are present, no
-unknown fields when `properties` are listed, and each value has the declared type / enum
-value, recursively through arrays and objects.
+The tool must exist and its arguments must be a JSON object valid against the tool's
+`parameters`. As in strict function calling, an object schema that lists `properties` and
+says nothing of `additionalProperties` allows no other fields. A tool schema that is not
+valid JSON Schema cannot judge a call: its calls have no problems.
+
+Problems read `place: what is wrong`; the place is `arguments` for the whole object, else a
+path like `flights[0].date`.
 """
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Any
 
-from trajforge.schema import ToolCall
+import orjson
+from jsonschema import Draft202012Validator, ValidationError
+from jsonschema.exceptions import SchemaError, UnknownType
+from jsonschema.protocols import Validator
+from jsonschema.validators import validator_for
 
-_TYPES: dict[str, tuple[type, ...]] = {
-    "string": (str,),
-    "integer": (int,),
-    "number": (int, float),
-    "boolean": (bool,),
-    "array": (list,),
-    "object": (dict,),
-    "null": (type(None),),
-}
+from trajforge.schema import ToolCall
 
 
 def find_tool(tools: list[dict[str, Any]], name: str) -> dict[str, Any] | None:
@@ -40,51 +41,71 @@ def call_problems(call: ToolCall, tools: list[dict[str, Any]]) -> list[str]:
         arguments = call.parsed_arguments()
     except ValueError as exc:
         return [f"arguments are not a JSON object: {exc}"]
-    return value_problems(arguments, function.get("parameters") or {"type": "object"}, "")
-
-
-def value_problems(value: Any, schema: dict[str, Any], path: str) -> list[str]:
-    """Problems of `value` against `schema` (path names the place for messages)."""
-    where = path or "arguments"
-    expected = schema.get("type")
-    if expected and not _has_type(value, expected):
-        return [f"{where}: expected {expected}, got {type(value).__name__}"]
-    if "enum" in schema and value not in schema["enum"]:
-        return [f"{where}: {value!r} is not one of {schema['enum']}"]
-    if isinstance(value, dict):
-        return _object_problems(value, schema, path)
-    if isinstance(value, list) and isinstance(schema.get("items"), dict):
-        problems: list[str] = []
-        for position, item in enumerate(value):
-            problems += value_problems(item, schema["items"], f"{path}[{position}]")
-        return problems
-    return []
-
-
-def _has_type(value: Any, expected: str | list[str]) -> bool:
-    names = [expected] if isinstance(expected, str) else expected
-    for name in names:
-        types = _TYPES.get(name)
-        if types is None:
-            return True  # a type this checker does not know: do not reject
-        if isinstance(value, bool) and name != "boolean":
-            continue
-        if isinstance(value, types):
-            return True
-    return False
-
-
-def _object_problems(value: dict, schema: dict[str, Any], path: str) -> list[str]:
-    properties: dict[str, Any] = schema.get("properties") or {}
-    problems = [
-        f"{path + '.' if path else ''}{name}: required but missing"
-        for name in schema.get("required", [])
-        if name not in value
-    ]
-    for name, item in value.items():
-        where = f"{path}.{name}" if path else name
-        if name in properties:
-            problems += value_problems(item, properties[name], where)
-        elif properties and schema.get("additionalProperties") is not True:
-            problems.append(f"{where}: unknown field")
+    parameters = function.get("parameters") or {"type": "object"}
+    validator = _validator(orjson.dumps(parameters, option=orjson.OPT_SORT_KEYS))
+    if validator is None:
+        return []
+    try:
+        errors = list(validator.iter_errors(arguments))
+    except UnknownType:
+        return []
+    problems: list[str] = []
+    for error in errors:
+        problems += [p for p in _described(error) if p not in problems]
     return problems
+
+
+@lru_cache(maxsize=1024)
+def _validator(parameters: bytes) -> Validator | None:
+    """A validator of one tool's parameters (None when they are not a valid schema)."""
+    schema = _closed(orjson.loads(parameters))
+    cls = validator_for(schema, default=Draft202012Validator)
+    try:
+        cls.check_schema(schema)
+    except SchemaError:
+        return None
+    return cls(schema)
+
+
+def _closed(schema: Any) -> Any:
+    """`schema` with `additionalProperties: false` wherever properties are listed and extra
+    fields are not mentioned (recursively)."""
+    if isinstance(schema, list):
+        return [_closed(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    closed = {key: _closed(value) for key, value in schema.items()}
+    if schema.get("properties") and "additionalProperties" not in schema:
+        closed["additionalProperties"] = False
+    return closed
+
+
+def _place(error: ValidationError) -> str:
+    place = ""
+    for part in error.absolute_path:
+        place += f"[{part}]" if isinstance(part, int) else f"{'.' if place else ''}{part}"
+    return place
+
+
+def _described(error: ValidationError) -> list[str]:
+    """One line per problem: `place: what is wrong`."""
+    place = _place(error)
+    where = place or "arguments"
+    inside = f"{place}." if place else ""
+    instance = error.instance
+    if error.validator == "required" and isinstance(instance, dict):
+        return [f"{inside}{name}: required but missing" for name in _missing(error, instance)]
+    if error.validator == "additionalProperties" and isinstance(instance, dict):
+        schema = error.schema if isinstance(error.schema, dict) else {}
+        known = schema.get("properties") or {}
+        return [f"{inside}{name}: unknown field" for name in instance if name not in known]
+    if error.validator == "type":
+        return [f"{where}: expected {error.validator_value}, got {type(instance).__name__}"]
+    if error.validator == "enum":
+        return [f"{where}: {instance!r} is not one of {error.validator_value}"]
+    return [f"{where}: {error.message}"]
+
+
+def _missing(error: ValidationError, instance: dict) -> list[str]:
+    required = error.validator_value if isinstance(error.validator_value, list) else []
+    return [name for name in required if name not in instance]

@@ -103,8 +103,9 @@ _CACHE_SIZE = 4096
 def step_features(traj: Trajectory) -> tuple[list[int], np.ndarray]:
     """(candidate indices, one feature row per candidate). Cached by trajectory id (a
     content hash), since fitting per fold reads the same runs many times."""
-    key = (traj.id, len(traj.messages), sum(len(m.text()) for m in traj.messages))
-    key += (len(str(traj.task.gold)),)  # the gold features read the task's gold actions
+    text_size = sum(len(m.text()) for m in traj.messages)
+    gold_size = len(str(traj.task.gold))  # the gold features read the task's gold actions
+    key = (traj.id, len(traj.messages), text_size, gold_size)
     if traj.id and key in _CACHE:
         return _CACHE[key]
     computed = _compute(traj)
@@ -124,7 +125,8 @@ def _compute(traj: Trajectory) -> tuple[list[int], np.ndarray]:
     seen_calls: dict[str, int] = {}
     seen_tools: set[str] = set()
     seen_speakers: set[str] = set()
-    errors = writes = 0
+    errors: float = 0
+    writes = 0
     remaining = list(gold or [])
     rows = []
     for rank, index in enumerate(steps):

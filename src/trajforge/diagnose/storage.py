@@ -5,36 +5,32 @@ One diagnosis per (trajectory, method): diagnosing again replaces the earlier on
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 from trajforge.diagnose.model import Diagnosis
 from trajforge.store import Store
-
-_COLUMNS = "id, trajectory_id, method, step, agent, category, verified, created_at, doc"
+from trajforge.store.diagnoses import DiagnosisRow, diagnosis_documents, put_diagnoses
 
 
 def save_diagnoses(store: Store, diagnoses: Iterable[Diagnosis]) -> int:
     """Insert or replace, all in one transaction; returns how many were written."""
-    count = 0
-    with store.transaction():
-        for diagnosis in diagnoses:
-            diagnosis.with_id()
-            store.db.execute(
-                f"INSERT OR REPLACE INTO diagnoses ({_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?)",
-                (
-                    diagnosis.id,
-                    diagnosis.trajectory_id,
-                    diagnosis.method,
-                    diagnosis.step,
-                    diagnosis.agent,
-                    diagnosis.category,
-                    int(diagnosis.verified),
-                    diagnosis.created_at,
-                    diagnosis.model_dump_json().encode(),
-                ),
-            )
-            count += 1
-    return count
+    return put_diagnoses(store, _rows(diagnoses))
+
+
+def _rows(diagnoses: Iterable[Diagnosis]) -> Iterator[DiagnosisRow]:
+    for diagnosis in diagnoses:
+        diagnosis.with_id()
+        yield DiagnosisRow(
+            diagnosis.id,
+            diagnosis.trajectory_id,
+            diagnosis.method,
+            diagnosis.step,
+            diagnosis.agent,
+            diagnosis.category,
+            diagnosis.verified,
+            diagnosis.created_at,
+            diagnosis.model_dump_json().encode(),
+        )
 
 
 def load_diagnoses(
@@ -44,19 +40,5 @@ def load_diagnoses(
     verified_only: bool = False,
 ) -> list[Diagnosis]:
     """Stored diagnoses, oldest first, optionally for some trajectories or one method."""
-    clauses: list[str] = []
-    params: list = []
-    if trajectory_ids is not None:
-        ids = list(trajectory_ids)
-        if not ids:
-            return []
-        clauses.append(f"trajectory_id IN ({','.join('?' for _ in ids)})")
-        params.extend(ids)
-    if method is not None:
-        clauses.append("method = ?")
-        params.append(method)
-    if verified_only:
-        clauses.append("verified = 1")
-    where = (" WHERE " + " AND ".join(clauses)) if clauses else ""
-    rows = store.db.execute(f"SELECT doc FROM diagnoses{where} ORDER BY created_at", params)
-    return [Diagnosis.model_validate_json(doc) for (doc,) in rows]
+    documents = diagnosis_documents(store, trajectory_ids, method, verified_only)
+    return [Diagnosis.model_validate_json(doc) for doc in documents]

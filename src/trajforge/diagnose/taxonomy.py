@@ -37,11 +37,6 @@ CATEGORIES: dict[str, str] = {
 }
 
 
-def describe(category: str) -> str:
-    """The definition of a category (a clear message for an unknown one)."""
-    return CATEGORIES.get(category, f"unknown category '{category}'")
-
-
 def taxonomy_text() -> str:
     """The taxonomy as a bullet list, for prompts and dataset cards."""
     return "\n".join(f"- {name}: {text}" for name, text in CATEGORIES.items())

@@ -40,6 +40,7 @@ FindingKind = Literal[
     "unsupported_final_answer",
     "fabrication_marker",
 ]
+RawFinding = tuple[FindingKind, int, str]
 _SUCCESS_CLAIM = re.compile(
     r"\b(successfully|has been (cancel|updat|modif|exchang|return|book|chang)\w*|"
     r"is now (cancel|updat|book|confirm)\w*|done|completed)\b",
@@ -65,7 +66,7 @@ def _is_result(message: Message) -> bool:
     return message.role == "tool" or (message.name or "").lower() in _TERMINALS
 
 
-def _tool_errors(traj: Trajectory) -> list[tuple[str, int, str]]:
+def _tool_errors(traj: Trajectory) -> list[RawFinding]:
     return [
         ("tool_error", i, f"result reports an error: {excerpt(m.text(), 120)}")
         for i, m in enumerate(traj.messages)
@@ -73,8 +74,9 @@ def _tool_errors(traj: Trajectory) -> list[tuple[str, int, str]]:
     ]
 
 
-def _contradicted_claims(traj: Trajectory) -> list[tuple[str, int, str]]:
-    found, last_error = [], None
+def _contradicted_claims(traj: Trajectory) -> list[RawFinding]:
+    found: list[RawFinding] = []
+    last_error: int | None = None
     for i, message in enumerate(traj.messages):
         if _is_result(message):
             last_error = i if is_error_text(message.text()) else None
@@ -89,10 +91,10 @@ def _contradicted_claims(traj: Trajectory) -> list[tuple[str, int, str]]:
     return found
 
 
-def _schema_violations(traj: Trajectory, tools: list[dict]) -> list[tuple[str, int, str]]:
+def _schema_violations(traj: Trajectory, tools: list[dict]) -> list[RawFinding]:
     if not tools:
         return []
-    found = []
+    found: list[RawFinding] = []
     for index, call, _ in calls_with_results(traj):
         problems = call_problems(call, tools)
         if problems:
@@ -100,8 +102,8 @@ def _schema_violations(traj: Trajectory, tools: list[dict]) -> list[tuple[str, i
     return found
 
 
-def _policy_violations(traj: Trajectory) -> list[tuple[str, int, str]]:
-    found = []
+def _policy_violations(traj: Trajectory) -> list[RawFinding]:
+    found: list[RawFinding] = []
     for detect in (unauthenticated_write, unconfirmed_write):
         hit = detect(traj)
         if hit is not None and hit.step is not None:
@@ -109,8 +111,10 @@ def _policy_violations(traj: Trajectory) -> list[tuple[str, int, str]]:
     return found
 
 
-def _repeats(traj: Trajectory) -> list[tuple[str, int, str]]:
-    found, seen_calls, seen_texts = [], {}, {}
+def _repeats(traj: Trajectory) -> list[RawFinding]:
+    found: list[RawFinding] = []
+    seen_calls: dict[str, int] = {}
+    seen_texts: dict[str, int] = {}
     for index, call, _ in calls_with_results(traj):
         key = f"{call.name}:{canonical_arguments(call.arguments)}"
         if key in seen_calls:
@@ -130,7 +134,7 @@ def _repeats(traj: Trajectory) -> list[tuple[str, int, str]]:
     return found
 
 
-def _unsupported_final(traj: Trajectory) -> list[tuple[str, int, str]]:
+def _unsupported_final(traj: Trajectory) -> list[RawFinding]:
     succeeded = False
     for i, message in enumerate(traj.messages):
         if _is_result(message):
@@ -141,8 +145,8 @@ def _unsupported_final(traj: Trajectory) -> list[tuple[str, int, str]]:
     return []
 
 
-def _fabrication(traj: Trajectory) -> list[tuple[str, int, str]]:
-    found = []
+def _fabrication(traj: Trajectory) -> list[RawFinding]:
+    found: list[RawFinding] = []
     for i, message in enumerate(traj.messages):
         match = _FABRICATED.search(message.text()) if i > 0 and not _is_result(message) else None
         if match and message.role != "system":
@@ -163,7 +167,7 @@ def validation_log(traj: Trajectory, tools: list[dict] | None = None) -> list[Fi
     ]
     raw.sort(key=lambda item: (item[1], item[0]))
     return [
-        Finding(id=f"E{n}", kind=kind, message_index=index, text=text)  # type: ignore[arg-type]
+        Finding(id=f"E{n}", kind=kind, message_index=index, text=text)
         for n, (kind, index, text) in enumerate(raw, start=1)
     ]
 

@@ -1,8 +1,19 @@
 """The environment protocol: what an agent acts in.
 
-An environment is reset to a task, offers tools (OpenAI JSON schemas), executes tool calls,
-judges the final state, and can snapshot and restore its full state. Environments that know
-the task's solution also implement `Oracle`.
+Every environment is reset to a task, offers tools (OpenAI JSON schemas), executes tool
+calls, judges the final state, snapshots and restores its full state, can be bound to the
+live conversation (a no-op unless the judge reads it) and is closed after use.
+`EnvironmentBase` gives the two no-op defaults.
+
+Opt-in abilities are small protocols, checked with `isinstance`:
+
+- `Oracle`: knows the way to success (distance, the expert's next action);
+- `TaskSet` / `TaskLookup`: lists its tasks / finds one by id;
+- `StateHashing`: a hash of its state and the records that changed;
+- `EndsEpisodes`: can end the episode itself (`done`);
+- `UserFacts`: what the task's user can tell about themselves.
+
+A conversational task's user stops talking with `USER_STOP` in a message.
 """
 
 from __future__ import annotations
@@ -57,6 +68,25 @@ class Environment(Protocol):
         """Return to a state returned by `snapshot()`."""
         ...
 
+    def bind_conversation(self, messages: list[Message]) -> None:
+        """Judge from this live message list (environments whose outcome depends on what was
+        said); a no-op for the others."""
+        ...
+
+    def close(self) -> None:
+        """Release what the environment holds (processes, directories)."""
+        ...
+
+
+class EnvironmentBase:
+    """Defaults for the parts of `Environment` most environments do not need."""
+
+    def bind_conversation(self, messages: list[Message]) -> None:
+        """Nothing to bind: the outcome does not depend on the conversation."""
+
+    def close(self) -> None:
+        """Nothing to release."""
+
 
 @runtime_checkable
 class Oracle(Protocol):
@@ -76,3 +106,37 @@ class TaskSet(Protocol):
     """Optional: an environment family that can list or generate its tasks."""
 
     def tasks(self, count: int | None = None, seed: int = 0) -> list[Task]: ...
+
+
+@runtime_checkable
+class TaskLookup(Protocol):
+    """Optional: finds one of its tasks by id without listing them all."""
+
+    def task_by_id(self, task_id: str) -> Task: ...
+
+
+@runtime_checkable
+class StateHashing(Protocol):
+    """Optional: a hash of the state (equal states, equal hashes) and what changed."""
+
+    def state_hash(self) -> str: ...
+
+    def changed_records(self) -> list[dict[str, Any]]: ...
+
+
+@runtime_checkable
+class EndsEpisodes(Protocol):
+    """Optional: the environment can end the episode itself (a hand-over, a final tool)."""
+
+    done: bool
+
+
+@runtime_checkable
+class UserFacts(Protocol):
+    """Optional: what the task's user can tell about themselves (a scripted user's lines)."""
+
+    def user_facts(self) -> dict[str, str]: ...
+
+
+USER_STOP = "###STOP###"
+"""A user message containing this ends the conversation."""

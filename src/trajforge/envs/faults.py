@@ -29,7 +29,7 @@ from trajforge.errors import UserError
 from trajforge.schema import Message, Outcome, Task, ToolCall
 
 FaultKind = Literal["transient", "persistent", "silent"]
-FAULT_KINDS: tuple[str, ...] = ("transient", "persistent", "silent")
+FAULT_KINDS: tuple[FaultKind, ...] = ("transient", "persistent", "silent")
 DEFAULT_RATES = {"transient": 0.2, "silent": 0.1}
 SPEC_HELP = (
     "a fault spec is KIND[:RATE][@TOOL,TOOL...] with KIND one of transient, persistent, "
@@ -55,7 +55,7 @@ class FaultRule(BaseModel):
         return not self.tools or tool in self.tools
 
     def spec(self) -> str:
-        text = self.kind
+        text: str = self.kind
         if self.schedule:
             text += ":#" + "+".join(str(n) for n in self.schedule)
         elif self.rate is not None:
@@ -105,18 +105,18 @@ def _add_token(rules: list[FaultRule], token: str, text: str) -> None:
     match = _RULE.match(token)
     if match is None:
         raise UserError(f"malformed fault rule '{token}' in '{text}'; {SPEC_HELP}")
-    kind = match.group("kind")
-    if kind in FAULT_KINDS:
+    kind = next((k for k in FAULT_KINDS if k == match.group("kind")), None)
+    if kind is not None:
         rules.append(_rule(kind, match.group("rate"), match.group("tool"), text))
         return
     bare = match.group("rate") is None and match.group("tool") is None
     if bare and rules and rules[-1].tools:  # `persistent@a,b`: b continues the tool list
         rules[-1].tools.append(token)
         return
-    raise UserError(f"unknown fault kind '{kind}' in '{text}'; {SPEC_HELP}")
+    raise UserError(f"unknown fault kind '{match.group('kind')}' in '{text}'; {SPEC_HELP}")
 
 
-def _rule(kind: str, rate: str | None, tool: str | None, text: str) -> FaultRule:
+def _rule(kind: FaultKind, rate: str | None, tool: str | None, text: str) -> FaultRule:
     if tool is not None and not tool.strip():
         raise UserError(f"fault rule in '{text}' has '@' but no tool; {SPEC_HELP}")
     tools = [tool.strip()] if tool else []
@@ -186,6 +186,12 @@ class FaultyEnvironment:
     @property
     def tools(self) -> list[dict[str, Any]]:
         return self.inner.tools
+
+    def bind_conversation(self, messages: list[Message]) -> None:
+        self.inner.bind_conversation(messages)
+
+    def close(self) -> None:
+        self.inner.close()
 
     def reset(self, task: Task) -> list[Message]:
         opening = self.inner.reset(task)

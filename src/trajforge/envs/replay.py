@@ -14,7 +14,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from trajforge.envs import ENVIRONMENTS
-from trajforge.envs.base import Environment, Oracle
+from trajforge.envs.base import Environment, Oracle, StateHashing
 from trajforge.errors import UserError
 from trajforge.schema import Message, ToolCall, Trajectory
 
@@ -84,14 +84,13 @@ def state_at(trajectory: Trajectory, n: int) -> dict[str, Any]:
     distance and the changed records, when the environment offers them."""
     env = make_env(trajectory)
     replay_to(env, trajectory, n)
-    if hasattr(env, "bind_conversation"):
-        env.bind_conversation(trajectory.messages[:n])
+    env.bind_conversation(trajectory.messages[:n])
     report: dict[str, Any] = {"trajectory_id": trajectory.id, "at": n}
-    if hasattr(env, "state_hash"):
+    if isinstance(env, StateHashing):
         report["state_hash"] = env.state_hash()
     if isinstance(env, Oracle):
         report["distance"] = env.distance()
-    if hasattr(env, "changed_records"):
+    if isinstance(env, StateHashing):
         report["changed"] = env.changed_records()
     return report
 
@@ -126,8 +125,7 @@ def replay_run(trajectory: Trajectory, env: Environment | None = None) -> RunRep
     (transient, persistent) are skipped, silent ones are executed."""
     env = env or make_env(trajectory)
     env.reset(trajectory.task)
-    if hasattr(env, "bind_conversation"):
-        env.bind_conversation(trajectory.messages)
+    env.bind_conversation(trajectory.messages)
     faults = fault_kinds(trajectory)
     mismatches = []
     compared = 0

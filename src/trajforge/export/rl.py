@@ -31,6 +31,16 @@ from trajforge.store import Store, TrajectoryFilter
 DRIFT_STATUSES = ("rewritten", "compacted", "retokenized")
 
 
+@dataclass(frozen=True, slots=True)
+class _CallTokens:
+    """The token ids and logprobs of a usable call."""
+
+    id: str
+    prompt: list[int]
+    completion: list[int]
+    logprobs: list[float]
+
+
 @dataclass
 class _Sequence:
     prompt: list[int]
@@ -39,28 +49,26 @@ class _Sequence:
     logprobs: list[float] = field(default_factory=list)
     call_ids: list[str] = field(default_factory=list)
 
-    def extends(self, call: LLMCall) -> bool:
+    def extends(self, call: _CallTokens) -> bool:
         known = self.prompt + self.tokens
-        return call.prompt_token_ids[: len(known)] == known
+        return call.prompt[: len(known)] == known
 
-    def add(self, call: LLMCall) -> None:
-        added = call.prompt_token_ids[len(self.prompt) + len(self.tokens) :]
-        completion = call.completion_token_ids or []
-        self.tokens += added + completion
-        self.mask += [0] * len(added) + [1] * len(completion)
-        self.logprobs += [0.0] * len(added) + list(call.logprobs or [])
+    def add(self, call: _CallTokens) -> None:
+        added = call.prompt[len(self.prompt) + len(self.tokens) :]
+        self.tokens += added + call.completion
+        self.mask += [0] * len(added) + [1] * len(call.completion)
+        self.logprobs += [0.0] * len(added) + list(call.logprobs)
         self.call_ids.append(call.id)
 
 
-def _usable(call: LLMCall) -> bool:
+def _usable(call: LLMCall) -> _CallTokens | None:
+    """The call's tokens, or None for a failed call or one without ids or logprobs."""
     ids, completion, logprobs = call.prompt_token_ids, call.completion_token_ids, call.logprobs
-    return (
-        call.error is None
-        and ids is not None
-        and completion is not None
-        and logprobs is not None
-        and len(logprobs) == len(completion)
-    )
+    if call.error is not None or ids is None or completion is None or logprobs is None:
+        return None
+    if len(logprobs) != len(completion):
+        return None
+    return _CallTokens(call.id, ids, completion, logprobs)
 
 
 def _drifted(call: LLMCall) -> bool:
@@ -71,13 +79,14 @@ def token_sequences(traj: Trajectory) -> Iterator[_Sequence]:
     """The trajectory's calls cut into sequences at drift points."""
     current: _Sequence | None = None
     for call in traj.llm_calls:
-        if not _usable(call):
+        tokens = _usable(call)
+        if tokens is None:
             continue
-        if current is None or _drifted(call) or not current.extends(call):
+        if current is None or _drifted(call) or not current.extends(tokens):
             if current is not None:
                 yield current
-            current = _Sequence(prompt=list(call.prompt_token_ids))
-        current.add(call)
+            current = _Sequence(prompt=list(tokens.prompt))
+        current.add(tokens)
     if current is not None:
         yield current
 

@@ -73,13 +73,10 @@ def verify_by_replay(traj: Trajectory, env_name: str) -> bool:
     env = make_env(env_name)
     try:
         replay_to(env, traj, len(traj.messages))
-        if callable(getattr(env, "bind_conversation", None)):
-            env.bind_conversation(traj.messages)
+        env.bind_conversation(traj.messages)
         return bool(env.evaluate().success)
     finally:
-        close = getattr(env, "close", None)
-        if callable(close):
-            close()
+        env.close()
 
 
 def _is_near_duplicate(candidate: list[str], kept: list[list[str]], threshold: float) -> bool:

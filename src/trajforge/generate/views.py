@@ -26,6 +26,7 @@ from pydantic import BaseModel, Field
 from trajforge.diagnose.forking import tool_schemas
 from trajforge.diagnose.model import Diagnosis
 from trajforge.diagnose.taxonomy import taxonomy_text
+from trajforge.diagnose.transcript import transcript
 from trajforge.generate.rft import chat_message as sft_message
 from trajforge.models.openai_compat import message_to_openai
 from trajforge.schema import Message, Trajectory
@@ -51,19 +52,6 @@ class ViewsConfig(BaseModel):
 def chat_message(message: Message) -> dict[str, Any]:
     """A message as an OpenAI chat dict with string content (what SFT trainers expect)."""
     return message_to_openai(message) | {"content": message.text()}
-
-
-def transcript(messages: list[Message], max_chars: int) -> str:
-    """Numbered plain-text transcript: `[i] role (name): text` and `-> tool(args)` lines."""
-    lines = []
-    for index, message in enumerate(messages):
-        who = message.role + (f" ({message.name})" if message.name else "")
-        text = message.text()
-        if len(text) > max_chars:
-            text = text[: max_chars // 2] + " [...] " + text[-max_chars // 2 :]
-        lines.append(f"[{index}] {who}: {text}")
-        lines.extend(f"    -> {c.name}({c.arguments})" for c in message.tool_calls or [])
-    return "\n".join(lines)
 
 
 def diagnosis_json(diagnosis: Diagnosis) -> str:

@@ -83,30 +83,34 @@ def _to_trajectory(data: dict[str, Any], path: Path) -> Trajectory:
     info = {**exit_record, **{k: v for k, v in info.items() if v is not None}}
     messages = message_list(records, "messages")
     calls = _llm_calls(messages)
-    config = info.get("config") if isinstance(info.get("config"), dict) else {}
-    return Trajectory(
-        task=Task(
-            id=instance,
-            environment="swe-bench",
-            instruction=_instruction(messages),
-            data={"submission": info.get("submission")},
-        ),
-        source=Source(
-            harness="mini-swe-agent",
-            model=_model_name(config),
-            run=path.parent.parent.parent.name if path.parent.parent.name == "trajs" else None,
-            file=str(path),
-            format="mini-swe-agent",
-        ),
-        messages=messages,
-        outcome=_outcome(path, instance, info),
-        usage=_total_usage(calls, info),
-        llm_calls=calls,
-        metadata={
-            "trajectory_format": data.get("trajectory_format"),
-            "mini_version": info.get("mini_version"),
-        }
-        | ({"exit": exit_record} if exit_record else {}),
+    raw_config = info.get("config")
+    config = raw_config if isinstance(raw_config, dict) else {}
+    # the messages are raw fields: pydantic validates them once, with the trajectory
+    return Trajectory.model_validate(
+        dict(
+            task=Task(
+                id=instance,
+                environment="swe-bench",
+                instruction=_instruction(messages),
+                data={"submission": info.get("submission")},
+            ),
+            source=Source(
+                harness="mini-swe-agent",
+                model=_model_name(config),
+                run=path.parent.parent.parent.name if path.parent.parent.name == "trajs" else None,
+                file=str(path),
+                format="mini-swe-agent",
+            ),
+            messages=messages,
+            outcome=_outcome(path, instance, info),
+            usage=_total_usage(calls, info),
+            llm_calls=calls,
+            metadata={
+                "trajectory_format": data.get("trajectory_format"),
+                "mini_version": info.get("mini_version"),
+            }
+            | ({"exit": exit_record} if exit_record else {}),
+        )
     )
 
 
@@ -157,15 +161,17 @@ def _llm_calls(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _total_usage(calls: list[dict[str, Any]], info: dict[str, Any]) -> Usage:
-    prompt = sum(_count(c["usage"]["prompt_tokens"]) for c in calls)
-    completion = sum(_count(c["usage"]["completion_tokens"]) for c in calls)
-    stats = info.get("model_stats") or {}
-    return Usage(
-        prompt_tokens=prompt if calls else None,
-        completion_tokens=completion if calls else None,
-        total_tokens=prompt + completion if calls else None,
-        cost=stats.get("instance_cost"),
-    )
+    cost = (info.get("model_stats") or {}).get("instance_cost")
+    if not calls:
+        return Usage(cost=cost)
+    counts = [
+        Usage(
+            prompt_tokens=_count(c["usage"]["prompt_tokens"]),
+            completion_tokens=_count(c["usage"]["completion_tokens"]),
+        )
+        for c in calls
+    ]
+    return Usage.summed(counts, cost=cost)
 
 
 def _count(value: Any) -> int:

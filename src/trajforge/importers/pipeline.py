@@ -6,7 +6,6 @@ import glob
 import os
 import stat
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 from pydantic import BaseModel, Field
@@ -178,7 +177,7 @@ def import_jobs(
 ) -> ImportReport:
     """Run planned (path, importer) jobs, adding one `FileResult` per file to `report`."""
     overrides = overrides or SourceOverrides()
-    with rare_checkpoints(store):
+    with store.bulk_writes():
         for path, imp in jobs:
             result = FileResult(path=str(path), format=imp.name)
             runs = _Counted(overrides.apply(imp.read(path)))
@@ -206,26 +205,6 @@ class _Counted(Iterator[Trajectory]):
         item = next(self._items)
         self.count += 1
         return item
-
-
-BULK_CHECKPOINT_PAGES = 65536
-
-
-@contextmanager
-def rare_checkpoints(store: Store) -> Iterator[None]:
-    """Checkpoint the write-ahead log every `BULK_CHECKPOINT_PAGES` pages during a bulk import.
-
-    SQLite's default (1000 pages, about 4 MB) syncs the database file dozens of times while
-    importing a 100 MB folder; that was most of the time spent in SQLite. Each file is still
-    its own committed transaction; only copying the log into the database file is batched.
-    """
-    (previous,) = store.db.execute("PRAGMA wal_autocheckpoint").fetchone()
-    store.db.execute(f"PRAGMA wal_autocheckpoint={BULK_CHECKPOINT_PAGES}")
-    try:
-        yield
-    finally:
-        store.db.execute(f"PRAGMA wal_autocheckpoint={previous}")
-        store.db.execute("PRAGMA wal_checkpoint(PASSIVE)")
 
 
 def _detect(path: Path, fmt: str | None) -> Importer | None:

@@ -60,33 +60,36 @@ def _to_trajectory(data: dict[str, Any], path: Path) -> Trajectory:
     messages = _messages(data["history"])
     _attach_steps(messages, data.get("trajectory") or [])
     stats = info.get("model_stats") or {}
-    return Trajectory(
-        task=Task(
-            id=str(problem.get("id") or base_name(path).removesuffix(".traj")),
-            environment="swe-bench",
-            instruction=problem.get("text") or _first_user_text(messages),
-            data={"submission": info.get("submission")},
-        ),
-        source=Source(
-            harness="swe-agent",
-            model=((replay.get("agent") or {}).get("model") or {}).get("name"),
-            run=path.parent.parent.name or None,
-            file=str(path),
-            format="swe-agent",
-        ),
-        messages=messages,
-        outcome=Outcome(termination_reason=info.get("exit_status")),
-        usage=Usage(
-            prompt_tokens=stats.get("tokens_sent"),
-            completion_tokens=stats.get("tokens_received"),
-            total_tokens=_sum(stats.get("tokens_sent"), stats.get("tokens_received")),
-            cost=stats.get("instance_cost"),
-        ),
-        metadata={
-            "environment": data.get("environment"),
-            "api_calls": stats.get("api_calls"),
-            "info": {k: v for k, v in info.items() if k not in {"submission", "model_stats"}},
-        },
+    # the messages are raw fields: pydantic validates them once, with the trajectory
+    return Trajectory.model_validate(
+        dict(
+            task=Task(
+                id=str(problem.get("id") or base_name(path).removesuffix(".traj")),
+                environment="swe-bench",
+                instruction=problem.get("text") or _first_user_text(messages),
+                data={"submission": info.get("submission")},
+            ),
+            source=Source(
+                harness="swe-agent",
+                model=((replay.get("agent") or {}).get("model") or {}).get("name"),
+                run=path.parent.parent.name or None,
+                file=str(path),
+                format="swe-agent",
+            ),
+            messages=messages,
+            outcome=Outcome(termination_reason=info.get("exit_status")),
+            usage=Usage(
+                prompt_tokens=stats.get("tokens_sent"),
+                completion_tokens=stats.get("tokens_received"),
+                total_tokens=_sum(stats.get("tokens_sent"), stats.get("tokens_received")),
+                cost=stats.get("instance_cost"),
+            ),
+            metadata={
+                "environment": data.get("environment"),
+                "api_calls": stats.get("api_calls"),
+                "info": {k: v for k, v in info.items() if k not in {"submission", "model_stats"}},
+            },
+        )
     )
 
 

@@ -167,25 +167,28 @@ class _FileContext:
         metadata = self._metadata(record)
         if str(task["id"]) != task_id:
             metadata["recorded_task_id"] = task_id
-        return Trajectory(
-            task=self._task(task),
-            source=Source(
-                harness="tau2-bench",
-                model=self.model,
-                run=f"{self.run or 'tau2'}:trial-{record.get('trial', 0)}",
-                file=str(self.path),
-                format="tau2-bench",
-            ),
-            messages=_messages(record["messages"]),
-            outcome=Outcome(
-                success=None if reward is None else reward >= 1.0 - 1e-9,
-                reward=reward,
-                judged_by="tau2-bench-reward",
-                termination_reason=record.get("termination_reason"),
-                details=reward_info,
-            ),
-            usage=Usage(wall_time_s=record.get("duration")),
-            metadata=metadata,
+        # the messages are raw fields: pydantic validates them once, with the trajectory
+        return Trajectory.model_validate(
+            dict(
+                task=self._task(task),
+                source=Source(
+                    harness="tau2-bench",
+                    model=self.model,
+                    run=f"{self.run or 'tau2'}:trial-{record.get('trial', 0)}",
+                    file=str(self.path),
+                    format="tau2-bench",
+                ),
+                messages=_messages(record["messages"]),
+                outcome=Outcome(
+                    success=None if reward is None else reward >= 1.0 - 1e-9,
+                    reward=reward,
+                    judged_by="tau2-bench-reward",
+                    termination_reason=record.get("termination_reason"),
+                    details=reward_info,
+                ),
+                usage=Usage(wall_time_s=record.get("duration")),
+                metadata=metadata,
+            )
         )
 
     def _task(self, task: dict[str, Any]) -> Task:

@@ -52,30 +52,33 @@ def run_to_trajectory(record: Any, path: Path) -> Trajectory:
     task = info.get("task") or {}
     messages = message_list(record["traj"], "traj")
     reward = record.get("reward")
-    return Trajectory(
-        task=Task(
-            id=str(record["task_id"]),
-            environment=_environment(messages, path),
-            instruction=task.get("instruction"),
-            gold={"actions": task.get("actions", []), "outputs": task.get("outputs", [])},
-            data={"user_id": task.get("user_id")},
-        ),
-        source=Source(
-            harness="tau-bench",
-            model=_model(path),
-            run=f"trial-{record.get('trial', 0)}",
-            file=str(path),
-            format="tau-bench",
-        ),
-        messages=messages,
-        outcome=Outcome(
-            success=None if reward is None else reward >= 1.0 - 1e-9,
-            reward=reward,
-            judged_by="tau-bench-reward",
-            details=info.get("reward_info") or {},
-        ),
-        metadata={k: v for k, v in record.items() if k not in {"task_id", "traj", "reward"}}
-        | {"info": {k: v for k, v in info.items() if k not in {"task", "reward_info"}}},
+    # the messages are raw fields: pydantic validates them once, with the trajectory
+    return Trajectory.model_validate(
+        dict(
+            task=Task(
+                id=str(record["task_id"]),
+                environment=_environment(messages, path),
+                instruction=task.get("instruction"),
+                gold={"actions": task.get("actions", []), "outputs": task.get("outputs", [])},
+                data={"user_id": task.get("user_id")},
+            ),
+            source=Source(
+                harness="tau-bench",
+                model=_model(path),
+                run=f"trial-{record.get('trial', 0)}",
+                file=str(path),
+                format="tau-bench",
+            ),
+            messages=messages,
+            outcome=Outcome(
+                success=None if reward is None else reward >= 1.0 - 1e-9,
+                reward=reward,
+                judged_by="tau-bench-reward",
+                details=info.get("reward_info") or {},
+            ),
+            metadata={k: v for k, v in record.items() if k not in {"task_id", "traj", "reward"}}
+            | {"info": {k: v for k, v in info.items() if k not in {"task", "reward_info"}}},
+        )
     )
 
 

@@ -70,29 +70,32 @@ class WhoAndWhenImporter:
 def _to_trajectory(data: dict[str, Any], path: Path) -> Trajectory:
     messages = message_list(_speaker_history(data["history"]), "history")
     correct = _truth(data, "is_correct" if "is_correct" in data else "is_corrected")
-    return Trajectory(
-        task=Task(
-            id=str(data.get("question_ID") or path.stem),
-            environment="who-and-when",
-            instruction=data.get("question"),
-            gold=data.get("ground_truth"),
-            data={"level": data.get("level")},
-        ),
-        source=Source(
-            harness="captain-agent" if "system_prompt" in data else "magentic-one",
-            run=path.parent.name or None,
-            file=str(path),
-            format="who-and-when",
-        ),
-        messages=messages,
-        outcome=Outcome(
-            success=correct,
-            reward=None if correct is None else float(correct),
-            judged_by="who-and-when-ground-truth",
-        ),
-        labels=[_label(data, len(messages))],
-        metadata={"system_prompts": data.get("system_prompt") or {}}
-        | {k: v for k, v in data.items() if k not in _CONSUMED},
+    # the messages are raw fields: pydantic validates them once, with the trajectory
+    return Trajectory.model_validate(
+        dict(
+            task=Task(
+                id=str(data.get("question_ID") or path.stem),
+                environment="who-and-when",
+                instruction=data.get("question"),
+                gold=data.get("ground_truth"),
+                data={"level": data.get("level")},
+            ),
+            source=Source(
+                harness="captain-agent" if "system_prompt" in data else "magentic-one",
+                run=path.parent.name or None,
+                file=str(path),
+                format="who-and-when",
+            ),
+            messages=messages,
+            outcome=Outcome(
+                success=correct,
+                reward=None if correct is None else float(correct),
+                judged_by="who-and-when-ground-truth",
+            ),
+            labels=[_label(data, len(messages))],
+            metadata={"system_prompts": data.get("system_prompt") or {}}
+            | {k: v for k, v in data.items() if k not in _CONSUMED},
+        )
     )
 
 

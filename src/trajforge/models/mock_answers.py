@@ -214,8 +214,8 @@ def chat_chunks(answer: Answer, request: dict[str, Any]) -> list[dict[str, Any]]
     first["prompt_token_ids"] = answer.prompt_ids
     chunks = [first]
     for position in range(answer.content_tokens):
-        delta = {"content": answer.pieces[position]}
-        chunks.append(_chunk(answer, delta, request, (position, position + 1)))
+        piece = {"content": answer.pieces[position]}
+        chunks.append(_chunk(answer, piece, request, (position, position + 1)))
     end = len(answer.token_ids) - 1
     calls = answer.message.get("tool_calls")
     if calls:

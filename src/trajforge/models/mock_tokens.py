@@ -19,8 +19,8 @@ import re
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-SPECIAL_TOKENS = ("<|pad|>", "<|system|>", "<|user|>", "<|assistant|>", "<|tool|>", "<|end|>")
-SPECIAL_TOKENS += ("<|call|>", "<|args|>")
+SPECIAL_TOKENS: tuple[str, ...] = ("<|pad|>", "<|system|>", "<|user|>", "<|assistant|>")
+SPECIAL_TOKENS += ("<|tool|>", "<|end|>", "<|call|>", "<|args|>")
 _PIECE = re.compile(r"\s+|\w+|[^\w\s]", re.UNICODE)
 
 

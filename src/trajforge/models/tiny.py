@@ -4,7 +4,7 @@ Needs the `train` extra (torch, transformers, tokenizers). The tokenizer is a by
 trained here on `TINY_CORPUS` (so any text encodes, nothing is downloaded); the model is a
 small Llama-style network initialised from a seed. Both are deterministic: two processes that
 build the backend with the same config get the same tokens and the same weights, which is
-what `python -m trajforge.models.tiny_check` relies on to recompute logprobs.
+what `python -m trajforge.export.tiny_check` relies on to recompute logprobs.
 
 The scripted reply still decides *what* is said; the model scores each of its tokens given
 the whole prompt (teacher forcing), exactly as a trainer scores a sampled completion.

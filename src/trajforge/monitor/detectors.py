@@ -65,8 +65,10 @@ class LearnedConfig(DetectorConfig):
 
 class Detector(Protocol):
     name: str
-    config: DetectorConfig
     thresholds: dict[str, float]
+
+    @property
+    def config(self) -> DetectorConfig: ...
 
     def fit(self, runs: list[RunFeatures]) -> None: ...
 
@@ -194,7 +196,8 @@ class LearnedDetector:
         best, best_saved = self.config.min_step, -1.0
         for min_step in sorted(options):
             limits = thresholds_for_losses(risks, failed, min_step, self.config.losses)
-            saved = np.mean([_saved_share(runs, risks, t, min_step) for t in limits.values()])
+            shares = [_saved_share(runs, risks, t, min_step) for t in limits.values()]
+            saved = float(np.mean(shares))
             if saved > best_saved + 1e-12:
                 best, best_saved = min_step, saved
         return best

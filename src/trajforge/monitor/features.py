@@ -78,7 +78,8 @@ CONFIDENT = (
 )
 NUMBERED_SED = re.compile(r"-i\S*\s+['\"]?\d+(,\d+)?\s*[acdis]")
 TEST_FAILED = re.compile(r"\b(\d+ failed|FAILED|failures=|errors=|\d+ error)\b")
-KINDS = ("read", "search", "edit", "write", "test", "run", "diff", "revert", "files", "respond")
+KINDS: tuple[str, ...] = ("read", "search", "edit", "write", "test", "run", "diff", "revert")
+KINDS += ("files", "respond")
 KINDS += ("think", "escalate", "format_error", "submit")
 
 

@@ -43,7 +43,7 @@ class SessionMonitor:
         threshold: float | None = None,
         min_step: int | None = None,
     ) -> None:
-        self.model = model if hasattr(model, "risk") else load_detector(model)  # type: ignore[arg-type]
+        self.model = load_detector(model) if isinstance(model, str | Path) else model
         self.threshold = _threshold(self.model) if threshold is None else threshold
         self.min_step = self.model.config.min_step if min_step is None else min_step
         self.last_risk: float | None = None

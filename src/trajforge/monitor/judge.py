@@ -20,13 +20,13 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
-import openai
 from pydantic import BaseModel, Field
 from sklearn.metrics import average_precision_score, roc_auc_score
 
+from trajforge.diagnose.transcript import transcript
 from trajforge.errors import UserError
-from trajforge.generate.views import transcript
 from trajforge.models.base import ChatModel
+from trajforge.models.retry import Asked, ask_parsed
 from trajforge.models.structured import function_answer
 from trajforge.monitor.steps import require_steps
 from trajforge.schema import Message, Trajectory
@@ -115,21 +115,13 @@ class PrefixJudge:
         self.model = model
         self.config = config or PrefixJudgeConfig()
 
-    def risk(self, traj: Trajectory, step: int) -> float:
-        """The judge's failure probability for `traj` after step `step`."""
+    def risk(self, traj: Trajectory, step: int) -> Asked[float]:
+        """The judge's failure probability for `traj` after step `step`, or why there is none.
+
+        Calls are retried; a run whose calls all fail is reported, not fatal to the batch.
+        """
         messages = prefix_prompt(traj, step, self.config)
-        try:
-            reply = self.model.complete(messages, [risk_tool()])
-        except (openai.APIConnectionError, openai.APIStatusError) as exc:
-            raise UserError(f"monitor judge '{self.model.name}' failed: {exc}") from None
-        risk = parse_risk(reply.message)
-        if risk is None:
-            answer = (reply.message.text() or str(reply.message.tool_calls))[:200]
-            raise UserError(
-                f"monitor judge '{self.model.name}' gave no failure_probability in [0, 1] for "
-                f"run {traj.id[:12]} at step {step}: {answer!r}"
-            )
-        return risk
+        return ask_parsed(self.model, messages, [risk_tool()], parse_risk)
 
 
 def judge_at_step(
@@ -144,15 +136,21 @@ def judge_at_step(
     if not going:
         raise UserError(f"no labeled run has more than {step} steps")
 
-    def score(traj: Trajectory) -> float:
-        risk = judge.risk(traj, step)
+    def score(traj: Trajectory) -> Asked[float]:
+        asked = judge.risk(traj, step)
         if advance is not None:
             advance()
-        return risk
+        return asked
 
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        risks = list(pool.map(score, going))
-    return _summary(going, risks, step, judge.model.name)
+        answers = list(pool.map(score, going))
+    failed = {t.id: a.failure for t, a in zip(going, answers, strict=True) if a.failure}
+    judged = [(t, a.value) for t, a in zip(going, answers, strict=True) if a.value is not None]
+    if not judged:
+        first = next(iter(failed.values()))
+        raise UserError(f"monitor judge '{judge.model.name}': every call failed, e.g. {first}")
+    summary = _summary([t for t, _ in judged], [r for _, r in judged], step, judge.model.name)
+    return summary | {"failed_calls": len(failed), "failures": failed}
 
 
 def runs_going(trajs: list[Trajectory], step: int) -> list[Trajectory]:

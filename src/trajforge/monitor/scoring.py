@@ -131,17 +131,18 @@ class IncrementalRisk:
             self._state = PrefixState(traj.task.instruction)
             self._instruction = traj.task.instruction
             self._format = fmt
+        state = self._state
         for step in steps:
-            self._state.update(step)
+            state.update(step)
         self._words = self._words + hashed_words(steps).sum(axis=0)
         spanned = traj.messages[len(self._keys) : steps[-1].end]
         self._keys.extend(message_key(m) for m in spanned)
         self._bash = self._bash or any(shows_bash(m) for m in spanned)
         self._usage.extend((s.index, recorded_usage(calls.get(s.index))) for s in steps)
         self.steps += len(steps)
-        self.risk = float(self.model.risk(self._row()[None, :])[0])
+        self.risk = float(self.model.risk(self._row(state)[None, :])[0])
 
-    def _row(self) -> np.ndarray:
+    def _row(self, state: PrefixState) -> np.ndarray:
         """The feature row after the last consumed step, as `prefix_features` builds it."""
-        counts = np.asarray(list(self._state.vector().values()), dtype=float)
+        counts = np.asarray(list(state.vector().values()), dtype=np.float64)
         return np.concatenate([counts, normalized_profile(self._words[None, :])[0]])

@@ -60,6 +60,15 @@ class CallContext:
     t0: float = field(default_factory=time.perf_counter)
 
 
+@dataclass
+class Running:
+    """What the proxy holds while it serves: opened at start-up, closed at shutdown."""
+
+    store: Store
+    recorder: Recorder
+    upstream: Upstream
+
+
 class RecordingProxy:
     """The proxy's ASGI app (`.app`) and its state: store, recorder, upstream pool."""
 
@@ -69,9 +78,7 @@ class RecordingProxy:
         self.faults = FaultInjector(config.faults) if config.faults else None
         self.gate = MonitorGate(config.monitor) if config.monitor else None
         self.token_ids_rejected = False
-        self.store: Store | None = None
-        self.recorder: Recorder | None = None
-        self.upstream: Upstream | None = None
+        self._running: Running | None = None
         self.routes = FastAPI(title="trajforge recording proxy", lifespan=self._lifespan)
         self.app = FastPath(self, self.routes)
         for prefix in ("", "/s/{session}"):
@@ -80,21 +87,36 @@ class RecordingProxy:
             self.routes.get(f"{prefix}/v1/models")(self.models)
         self.routes.post("/s/{session}/outcome")(self.outcome)
 
+    @property
+    def running(self) -> Running:
+        """The store, recorder and upstream pool; only while the app is started."""
+        if self._running is None:
+            raise RuntimeError("the recording proxy is not started (run it under its lifespan)")
+        return self._running
+
+    @property
+    def recorder(self) -> Recorder:
+        return self.running.recorder
+
+    @property
+    def upstream(self) -> Upstream:
+        return self.running.upstream
+
     @asynccontextmanager
     async def _lifespan(self, app: FastAPI) -> AsyncIterator[None]:
-        self.store = Store(self.db)
-        self.recorder = Recorder(self.store, harness=self.config.harness)
+        store = Store(self.db)
+        recorder = Recorder(store, harness=self.config.harness)
         if self.gate is not None:
-            self.gate.recorder = self.recorder
-        self.upstream = Upstream(self.config)
+            self.gate.recorder = recorder
+        self._running = Running(store, recorder, Upstream(self.config))
         try:
             yield
         finally:
-            await self.upstream.close()
+            await self._running.upstream.close()
             if self.gate is not None:
                 self.gate.close()
-            self.recorder.close()
-            self.store.close()
+            recorder.close()
+            store.close()
 
     def _refused(self, request: Request) -> Response | None:
         if self.config.token is None:
@@ -228,7 +250,7 @@ class RecordingProxy:
         return refusal_response(message)
 
     async def _inject_early(self, fault: str | None) -> None:
-        if fault == "timeout":
+        if fault == "timeout" and self.faults is not None:
             await asyncio.sleep(self.faults.config.timeout_delay_s)
             raise observed(504, "upstream_timeout", "upstream timed out", injected=True)
         if fault == "5xx":

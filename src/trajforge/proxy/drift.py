@@ -44,12 +44,10 @@ class DriftAudit(BaseModel):
     )
     common_prefix_messages: int = Field(description="Messages shared with the expected prefix.")
 
-    @property
-    def drifted(self) -> bool:
-        return self.status not in ("first", "extends")
-
 
 def _common_prefix(left: list, right: list) -> int:
+    if right[: len(left)] == left:  # the usual case, compared at C speed
+        return len(left)
     count = 0
     for a, b in zip(left, right, strict=False):
         if a != b:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 import threading
+from collections.abc import Mapping
 
 from trajforge.errors import UserError
 from trajforge.proxy.config import FaultConfig
@@ -31,7 +32,7 @@ def parse_fault_spec(spec: str) -> FaultConfig:
         except ValueError:
             raise UserError(f"--faults: '{item}' needs a number after '='") from None
     try:
-        return FaultConfig(**values)
+        return FaultConfig.model_validate(values)
     except ValueError as exc:
         raise UserError(f"--faults: {str(exc).splitlines()[-1].strip()}") from None
 
@@ -44,9 +45,9 @@ class FaultInjector:
         self._random = random.Random(config.seed)
         self._lock = threading.Lock()
 
-    def draw(self, headers: dict[str, str] | object) -> str | None:
+    def draw(self, headers: Mapping[str, str]) -> str | None:
         """The fault kind to inject into this call, or None."""
-        forced = headers.get(FAULT_HEADER) if self.config.header_override else None  # type: ignore[attr-defined]
+        forced = headers.get(FAULT_HEADER) if self.config.header_override else None
         if forced in FAULT_KINDS:
             return forced
         with self._lock:

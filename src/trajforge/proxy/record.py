@@ -9,6 +9,10 @@ from pydantic import BaseModel, ConfigDict, Field
 Endpoint = Literal["chat/completions", "completions"]
 
 
+def _unset(value: object) -> bool:
+    return value is None
+
+
 class UpstreamFault(BaseModel):
     """An upstream failure: injected by the proxy or observed from the real upstream."""
 
@@ -56,6 +60,19 @@ class CapturedCall(BaseModel):
         "by the early-failure monitor.",
     )
 
+    messages_kept: int | None = Field(
+        default=None,
+        exclude_if=_unset,
+        description="Stored form only: the request's first N messages are the previous call's "
+        "(its `messages` holds the rest).",
+    )
+    prompt_ids_kept: int | None = Field(
+        default=None,
+        exclude_if=_unset,
+        description="Stored form only: the first N prompt token ids are the previous call's "
+        "prompt + completion ids (`prompt_token_ids` holds the rest).",
+    )
+
     def prompt_messages(self) -> list[dict[str, Any]]:
         """The chat messages sent (a text prompt counts as one user message)."""
         if self.endpoint == "chat/completions":
@@ -82,3 +99,60 @@ def chat_answer_message(response: dict[str, Any]) -> dict[str, Any] | None:
     choice = choices[0] if isinstance(choices, list) and choices else None
     message = choice.get("message") if isinstance(choice, dict) else None
     return message if isinstance(message, dict) else None
+
+
+def _shared(base: list, items: list) -> int:
+    if items[: len(base)] == base:
+        return len(base)
+    count = 0
+    for a, b in zip(base, items, strict=False):
+        if a != b:
+            break
+        count += 1
+    return count
+
+
+def _token_base(call: CapturedCall | None) -> list[int] | None:
+    if call is None or call.prompt_token_ids is None:
+        return None
+    return call.prompt_token_ids + (call.completion_token_ids or [])
+
+
+def _chat_messages(call: CapturedCall | None) -> list | None:
+    if call is None or call.endpoint != "chat/completions":
+        return None
+    messages = call.request.get("messages")
+    return messages if isinstance(messages, list) else None
+
+
+def stored_call(call: CapturedCall, previous: CapturedCall | None) -> CapturedCall:
+    """`call` as the `proxy_calls` row keeps it: what repeats `previous` (the session's call
+    before it) is kept as counts, so a row grows with the call's new messages and tokens only."""
+    update: dict = {}
+    base, messages = _chat_messages(previous), _chat_messages(call)
+    if base and messages:
+        kept = _shared(base, messages)
+        if kept:
+            update["request"] = {**call.request, "messages": messages[kept:]}
+            update["messages_kept"] = kept
+    ids_base = _token_base(previous)
+    if ids_base and call.prompt_token_ids:
+        kept = _shared(ids_base, call.prompt_token_ids)
+        if kept:
+            update["prompt_token_ids"] = call.prompt_token_ids[kept:]
+            update["prompt_ids_kept"] = kept
+    return call.model_copy(update=update) if update else call
+
+
+def loaded_call(stored: CapturedCall, previous: CapturedCall | None) -> CapturedCall:
+    """Undo `stored_call`, given the session's previous call (already loaded)."""
+    update: dict = {"messages_kept": None, "prompt_ids_kept": None}
+    if stored.messages_kept is not None:
+        base = _chat_messages(previous) or []
+        tail = stored.request.get("messages") or []
+        update["request"] = {**stored.request, "messages": base[: stored.messages_kept] + tail}
+    if stored.prompt_ids_kept is not None:
+        ids_base = _token_base(previous) or []
+        tail = stored.prompt_token_ids or []
+        update["prompt_token_ids"] = ids_base[: stored.prompt_ids_kept] + tail
+    return stored.model_copy(update=update)

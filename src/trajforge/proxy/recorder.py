@@ -4,11 +4,16 @@ Handlers hand over a `CapturedCall` and get a future that resolves once its `pro
 is committed (that row is the durable record). The writer drains whatever is queued into one
 transaction. Re-assembling a session's trajectory costs more (it grows with the session), so
 it happens after the futures are resolved, once no call has come for `IDLE_REFRESH_S`, and
-at least every `REFRESH_INTERVAL_S` under steady load. A session met for the first time since
-start-up is rebuilt from its stored rows, so a restarted proxy continues a session where it
-stopped, and `repair()` re-assembles sessions whose trajectory missed calls (a proxy killed
-before its last refresh). `monitor_memory(session)` gives a restarted proxy's failure
-monitor what it knew of a session: its stop (kept on the refused calls) and its answers.
+at least every `REFRESH_INTERVAL_S` under steady load; and then only for sessions that grew by
+`GROWTH` (a quarter) since their last assembly, or for all once the proxy has been idle for
+`SETTLE_S` (and on flush, outcome and close). A long session is thus re-assembled a
+logarithmic number of times, and its stored document keeps each call's new tokens only
+(`SessionState.stored_trajectory`), so the recording cost per call stays flat. A session met
+for the first time since start-up is rebuilt from its stored rows, so a restarted proxy
+continues a session where it stopped, and `repair()` re-assembles sessions whose trajectory
+missed calls (a proxy killed before its last refresh). `monitor_memory(session)` gives a
+restarted proxy's failure monitor what it knew of a session: its stop (kept on the refused
+calls) and its answers.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ import time
 from concurrent.futures import Future
 from dataclasses import dataclass
 
-from trajforge.proxy.record import CapturedCall
+from trajforge.proxy.record import CapturedCall, loaded_call, stored_call
 from trajforge.proxy.session import SessionState, trajectory_id
 from trajforge.schema import Outcome
 from trajforge.store import Store
@@ -31,6 +36,8 @@ log = logging.getLogger("trajforge.proxy")
 MAX_BATCH = 256
 REFRESH_INTERVAL_S = 0.5
 IDLE_REFRESH_S = 0.05
+SETTLE_S = 1.0
+GROWTH = 0.25
 
 
 @dataclass
@@ -55,7 +62,8 @@ class Recorder:
         self.harness = harness
         self.sessions: dict[str, SessionState] = {}
         self._dirty: dict[str, SessionState] = {}
-        self._refreshed_at = time.monotonic()
+        self._assembled: dict[str, int] = {}
+        self._refreshed_at = self._busy_at = time.monotonic()
         self._queue: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name="trajforge-recorder", daemon=True)
         self._thread.start()
@@ -102,7 +110,7 @@ class Recorder:
         stale = [session for session, count, assembled in rows if count != assembled]
         with self.store.transaction():
             for session in stale:
-                self.store.put(self._state(session).trajectory())
+                self.store.put(self._state(session).stored_trajectory())
         return stale
 
     def _run(self) -> None:
@@ -115,8 +123,9 @@ class Recorder:
             try:
                 first = self._queue.get(timeout=wait)
             except queue.Empty:
-                self._refresh()
+                self._refresh(everything=time.monotonic() - self._busy_at >= SETTLE_S)
                 continue
+            self._busy_at = time.monotonic()
             batch = [first]
             while batch[-1] is not None and len(batch) < MAX_BATCH:
                 try:
@@ -127,7 +136,7 @@ class Recorder:
             self._write(jobs)
             self._maybe_refresh(jobs)
             if batch[-1] is None:
-                self._refresh()
+                self._refresh(everything=True)
                 return
 
     def _write(self, batch: list[_Job]) -> None:
@@ -153,21 +162,29 @@ class Recorder:
     def _maybe_refresh(self, jobs: list[_Job]) -> None:
         flushes = [job for job in jobs if job.flush and not job.future.done()]
         if flushes or time.monotonic() - self._refreshed_at >= REFRESH_INTERVAL_S:
-            self._refresh()
+            self._refresh(everything=bool(flushes))
         for job in flushes:
             job.future.set_result(trajectory_id(job.outcome[0]) if job.outcome else None)
 
-    def _refresh(self) -> None:
+    def _refresh(self, everything: bool) -> None:
+        """Store the trajectories of the sessions that grew enough (or of all, `everything`)."""
         self._refreshed_at = time.monotonic()
-        if not self._dirty:
+        due = [s for s in self._dirty.values() if everything or self._grew(s)]
+        if not due:
             return
-        dirty, self._dirty = self._dirty, {}
+        for state in due:
+            del self._dirty[state.name]
         try:
             with self.store.transaction():
-                for state in dirty.values():
-                    self.store.put(state.trajectory())
+                for state in due:
+                    self.store.put(state.stored_trajectory())
+                    self._assembled[state.name] = state.next_seq
         except Exception:  # the calls are safe in proxy_calls; repair() assembles them later
-            log.exception("could not assemble sessions %s", sorted(dirty))
+            log.exception("could not assemble sessions %s", sorted(s.name for s in due))
+
+    def _grew(self, state: SessionState) -> bool:
+        last = self._assembled.get(state.name, 0)
+        return state.next_seq - last >= max(1, GROWTH * last)
 
     def _commit(self, batch: list[_Job]) -> list[object]:
         """Write the batch in one transaction, each job in its own savepoint: a job that
@@ -205,6 +222,7 @@ class Recorder:
 
     def _insert(self, state: SessionState, call: CapturedCall) -> int:
         seq = state.next_seq
+        document = stored_call(call, state.last).model_dump_json().encode()
         llm_call = state.add(call)
         self.store.db.execute(
             "INSERT INTO proxy_calls (session, seq, trajectory_id, call_id, endpoint, status, "
@@ -219,7 +237,7 @@ class Recorder:
                 call.error,
                 call.started_at,
                 call.latency_s,
-                call.model_dump_json().encode(),
+                document,
             ),
         )
         return seq
@@ -231,7 +249,7 @@ class Recorder:
             for (doc,) in self.store.db.execute(
                 "SELECT doc FROM proxy_calls WHERE session = ? ORDER BY seq", (session,)
             ):
-                state.add(CapturedCall.model_validate_json(doc))
+                state.add(loaded_call(CapturedCall.model_validate_json(doc), state.last))
             stored = self.store.db.execute(
                 "SELECT 1 FROM trajectories WHERE id = ?", (trajectory_id(session),)
             ).fetchone()

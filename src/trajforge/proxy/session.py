@@ -18,7 +18,17 @@ from typing import Any
 from trajforge.openai_wire import to_message
 from trajforge.proxy.drift import audit, normalize_message
 from trajforge.proxy.record import CapturedCall, MonitorStop
-from trajforge.schema import Fault, LLMCall, Message, Outcome, Source, Task, Trajectory, Usage
+from trajforge.schema import (
+    Fault,
+    LLMCall,
+    Message,
+    Outcome,
+    Source,
+    Task,
+    Trajectory,
+    Usage,
+    compact_llm_calls,
+)
 
 _ROLE_ALIASES = {"developer": "system", "function": "tool"}
 _TOKEN_FIELDS = ("prompt_token_ids", "token_ids")
@@ -77,6 +87,9 @@ class SessionState:
     previous_messages: list[tuple] | None = None
     previous_tokens: list[int] | None = None
     monitor: dict[str, Any] | None = None
+    last_prompt: tuple[list, list[tuple]] = ([], [])
+    """The previous call's prompt messages and their normalized form (reused when the next
+    prompt repeats them, so a call normalizes only its new messages)."""
 
     @property
     def next_seq(self) -> int:
@@ -85,7 +98,7 @@ class SessionState:
     def add(self, captured: CapturedCall) -> LLMCall:
         """Audit, record and link one call; returns its `LLMCall`."""
         prompt = captured.prompt_messages()
-        normalized = [normalize_message(m) for m in prompt]
+        normalized = self._normalized(prompt)
         drift = audit(
             self.previous_messages, self.previous_tokens, normalized, captured.prompt_token_ids
         )
@@ -112,6 +125,13 @@ class SessionState:
             self.previous_messages = [*normalized, normalize_message(answer)]
             self.previous_tokens = _expected_tokens(captured)
         return call
+
+    def _normalized(self, prompt: list) -> list[tuple]:
+        raw, normalized = self.last_prompt
+        kept = len(raw) if prompt[: len(raw)] == raw else 0
+        result = normalized[:kept] + [normalize_message(m) for m in prompt[kept:]]
+        self.last_prompt = (prompt, result)
+        return result
 
     def relayed_answers(self) -> list[tuple[int, tuple, LLMCall]]:
         """(message index, normalized answer, call) of every call that got an answer."""
@@ -184,6 +204,12 @@ class SessionState:
             metadata=self._metadata(len(calls)),
         )
 
+    def stored_trajectory(self) -> Trajectory:
+        """`trajectory()` in the store's compact form: each call's prompt token ids that repeat
+        the previous call's are kept as a count (loading the document expands them)."""
+        traj = self.trajectory()
+        return traj.model_copy(update={"llm_calls": compact_llm_calls(traj.llm_calls)})
+
     def _outcome(self) -> Outcome:
         """The outcome posted by the client; a monitor stop is its termination reason unless
         the client gave one."""
@@ -216,12 +242,5 @@ def first_user_text(messages: list[Message]) -> str | None:
 
 
 def _total_usage(calls: list[LLMCall]) -> Usage:
-    prompt = sum((c.usage.prompt_tokens or 0) for c in calls if c.usage)
-    completion = sum((c.usage.completion_tokens or 0) for c in calls if c.usage)
     wall = sum(c.latency_s or 0.0 for c in calls)
-    return Usage(
-        prompt_tokens=prompt,
-        completion_tokens=completion,
-        total_tokens=prompt + completion,
-        wall_time_s=round(wall, 6),
-    )
+    return Usage.summed([c.usage for c in calls if c.usage], wall_time_s=round(wall, 6))

@@ -24,7 +24,7 @@ import asyncio
 import logging
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 from fastapi.responses import JSONResponse
 
@@ -94,10 +94,11 @@ class SessionGuard:
         """Score the run so far (in a worker thread, one call at a time per session); the
         stop when its risk reaches the threshold."""
         run = run_so_far(self.name, messages, answers, self.prompt.convert(messages))
-        if not self.monitor.should_stop(run):
+        risk = self.monitor.last_risk if self.monitor.should_stop(run) else None
+        if risk is None:
             return None
         return MonitorStop(
-            risk=float(self.monitor.last_risk),
+            risk=float(risk),
             threshold=float(self.monitor.threshold),
             step=completed_steps(messages),
             model=self.model,
@@ -268,5 +269,5 @@ class MonitorGate:
         self._pool.shutdown(wait=True, cancel_futures=True)
 
 
-def _scorable(messages: Any) -> bool:
+def _scorable(messages: Any) -> TypeGuard[list[dict]]:
     return isinstance(messages, list) and all(isinstance(m, dict) for m in messages)

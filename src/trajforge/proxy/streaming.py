@@ -57,7 +57,7 @@ async def _chunk_batches(
     try:
         async for raw in response.content.iter_any():
             *lines, pending = (pending + raw).split(b"\n")
-            batch = []
+            batch: list[dict] = []
             for line in lines:
                 if line.strip() == b"data: [DONE]":
                     yield batch

@@ -16,8 +16,8 @@ from collections.abc import Callable, Sequence
 
 from pydantic import BaseModel, Field
 
-from trajforge.agents.base import USER_STOP, EpisodeState, Policy, UserSimulator
-from trajforge.envs.base import Environment
+from trajforge.agents.base import EpisodeState, Policy, UserSimulator
+from trajforge.envs.base import USER_STOP, Environment
 from trajforge.errors import EpisodeEnd
 from trajforge.schema import Fault, Message, Outcome, Source, Task, ToolCall, Trajectory, Usage
 
@@ -145,12 +145,21 @@ def _evaluate(env: Environment, traj: Trajectory, reason: str) -> Outcome:
 
 
 def _total_usage(traj: Trajectory, wall: float) -> Usage:
+    """Summed token usage of the run's model calls; None (unknown), not 0, if none reported any."""
     calls = [c.usage for c in traj.llm_calls if c.usage]
+    if not calls:
+        return Usage(wall_time_s=round(wall, 4))
     prompt = sum(u.prompt_tokens or 0 for u in calls)
     completion = sum(u.completion_tokens or 0 for u in calls)
+    total = sum(
+        u.total_tokens
+        if u.total_tokens is not None
+        else (u.prompt_tokens or 0) + (u.completion_tokens or 0)
+        for u in calls
+    )
     return Usage(
         prompt_tokens=prompt,
         completion_tokens=completion,
-        total_tokens=prompt + completion,
+        total_tokens=total,
         wall_time_s=round(wall, 4),
     )

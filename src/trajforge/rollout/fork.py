@@ -22,9 +22,9 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from trajforge.agents.base import USER_STOP, EpisodeState, Policy, UserSimulator
+from trajforge.agents.base import EpisodeState, Policy, UserSimulator
 from trajforge.agents.user_sim import ScriptedUser
-from trajforge.envs.base import Environment
+from trajforge.envs.base import USER_STOP, EndsEpisodes, Environment
 from trajforge.envs.replay import answered_calls, make_env, replay_calls
 from trajforge.errors import UserError
 from trajforge.rollout.episode import Limits, run_episode
@@ -59,11 +59,39 @@ def check_fork_index(parent: Trajectory, at: int) -> None:
         )
 
 
+FORK_USAGE = (
+    "call fork(parent_trajectory, at, policy), fork(store, 'ID', at, policy) "
+    "or fork(store, at, policy, parent_id='ID')"
+)
+
+
+def _positional_id(
+    store_or_parent: object, at: object, policy: Policy | str | int, rest: tuple
+) -> tuple[object, Policy | str | int, str | None]:
+    """(at, policy, parent_id) of a `fork(store, "ID", at, policy)` call; else unchanged."""
+    if isinstance(store_or_parent, Store) and isinstance(at, str) and len(rest) == 1:
+        return policy, rest[0], at
+    if rest:
+        raise UserError(f"fork got {3 + len(rest)} positional arguments; {FORK_USAGE}")
+    return at, policy, None
+
+
+def _check_call(store_or_parent: object, at: object, parent_id: str | None) -> int:
+    """`at`, or a clear error for the common mistakes in calling `fork` from Python."""
+    if not isinstance(store_or_parent, Store | Trajectory):
+        raise UserError(f"fork needs a Trajectory or a Store first; {FORK_USAGE}")
+    if isinstance(at, bool) or not isinstance(at, int):
+        raise UserError(f"fork's `at` is a message index (int), got {at!r}; {FORK_USAGE}")
+    if isinstance(store_or_parent, Store) and parent_id is None:
+        raise UserError(f"fork from a store needs the parent id; {FORK_USAGE}")
+    return at
+
+
 def fork(
     store_or_parent: Store | Trajectory,
-    at: int,
-    policy: Policy | str,
-    *,
+    at: int | str,
+    policy: Policy | str | int,
+    *rest: Policy | str,
     parent_id: str | None = None,
     user: UserSimulator | None = None,
     env: Environment | None = None,
@@ -71,31 +99,39 @@ def fork(
 ) -> Trajectory:
     """A child trajectory sharing the parent's first `at` messages, continued by `policy`.
 
+    The parent is a Trajectory, or a Store with its id: `fork(store, "ID", at, policy)` or
+    `fork(store, at, policy, parent_id="ID")`.
     `policy` is a policy object or a name for `build_agents` (`expert`, `noisy-expert`,
     `replay`, `llm`...), which also brings its user simulator. Without a `user`, a
     conversational environment (one whose opening has no user message) gets the scripted
     user. Nothing is stored: the caller decides (`store.add(child)`).
     """
+    raw_at, chosen, positional_id = _positional_id(store_or_parent, at, policy, rest)
+    parent_id = parent_id or positional_id
+    index = _check_call(store_or_parent, raw_at, parent_id)
+    if isinstance(chosen, int):
+        raise UserError(f"fork's policy is a name or a Policy, got {chosen!r}; {FORK_USAGE}")
     parent = resolve_parent(store_or_parent, parent_id)
-    check_fork_index(parent, at)
+    check_fork_index(parent, index)
     options = options or ForkOptions()
     env = env or make_env(parent)
     opening = env.reset(parent.task)
-    if isinstance(policy, str):
-        policy, named_user = build_agents(AgentSpec(policy=policy), parent=parent, at=at)
+    if isinstance(chosen, str):
+        agent, named_user = build_agents(AgentSpec(policy=chosen), parent=parent, at=index)
         user = user or named_user
-    elif user is None and not any(m.role == "user" for m in opening):
-        user = ScriptedUser()
-    replay_calls(env, parent, at)
-    child = prefix_child(parent, at, policy, options)
-    if hasattr(env, "bind_conversation"):
-        env.bind_conversation(child.messages)
+    else:
+        agent = chosen
+        if user is None and not any(m.role == "user" for m in opening):
+            user = ScriptedUser()
+    replay_calls(env, parent, index)
+    child = prefix_child(parent, index, agent, options)
+    env.bind_conversation(child.messages)
     if prepare_turn(env, child, user):
         return finish_stopped(env, child, "user_stop")
-    if getattr(env, "done", False):  # the prefix already ended it (a hand-over, say)
+    if isinstance(env, EndsEpisodes) and env.done:  # the prefix already ended it (a hand-over, say)
         return finish_stopped(env, child, "env_done")
     return with_run_id(
-        run_episode(env, policy, child.task, user=user, trajectory=child, limits=options.limits)
+        run_episode(env, agent, child.task, user=user, trajectory=child, limits=options.limits)
     )
 
 
@@ -146,8 +182,7 @@ def prepare_turn(env: Environment, child: Trajectory, user: UserSimulator | None
 
 
 def _restore_binding(env: Environment, child: Trajectory) -> None:
-    if hasattr(env, "bind_conversation"):
-        env.bind_conversation(child.messages)
+    env.bind_conversation(child.messages)
 
 
 def _opening(user: UserSimulator, child: Trajectory) -> Message:

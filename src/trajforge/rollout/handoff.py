@@ -20,7 +20,7 @@ from pydantic import BaseModel, Field
 
 from trajforge.agents.base import EpisodeState, Policy, PolicyStep, UserSimulator
 from trajforge.envs import ENVIRONMENTS
-from trajforge.envs.base import Environment, Oracle
+from trajforge.envs.base import Environment, Oracle, StateHashing, TaskSet
 from trajforge.errors import EpisodeEnd, UserError
 from trajforge.rollout.episode import Limits, run_episode
 from trajforge.rollout.fork import prepare_turn
@@ -95,8 +95,7 @@ def start_conversation(
 ) -> Trajectory:
     """A fresh trajectory: the environment's opening messages and the user's first turn."""
     trajectory = Trajectory(task=task, source=source, messages=env.reset(task), tools=env.tools)
-    if hasattr(env, "bind_conversation"):
-        env.bind_conversation(trajectory.messages)
+    env.bind_conversation(trajectory.messages)
     prepare_turn(env, trajectory, user)
     return trajectory
 
@@ -151,14 +150,13 @@ def _solve_from(
     solver_env = ENVIRONMENTS.get(env_name)()
     solver_env.reset(task)
     solver_env.restore(env.snapshot())
-    state_hash = solver_env.state_hash() if hasattr(solver_env, "state_hash") else None
+    state_hash = solver_env.state_hash() if isinstance(solver_env, StateHashing) else None
     history = reached_traj.model_copy(deep=True)
     history.source = Source(
         harness="trajforge-handoff", model=getattr(solver[0], "name", None), run="solver"
     )
     history.parent = ForkParent(trajectory_id=reached_traj.with_id().id, message_index=index)
-    if hasattr(solver_env, "bind_conversation"):
-        solver_env.bind_conversation(history.messages)
+    solver_env.bind_conversation(history.messages)
     if reached_traj.outcome.termination_reason == "handoff":
         solved_traj = run_episode(
             solver_env, solver[0], task, user=solver[1], trajectory=history, limits=config.limits
@@ -198,15 +196,15 @@ def evaluate_handoff(
         runs.append(run)
         if collect is not None:
             collect.extend(t.with_id() for t in (reached, solved) if t is not None)
-    reached = [r for r in runs if r.reached]
+    reaching = [r for r in runs if r.reached]
     return HandoffResult(
         reacher=names[0],
         solver=names[1],
         k=config.k,
         at=config.at,
         tasks=len(runs),
-        reach=len(reached) / len(runs),
-        solve=(sum(bool(r.solved) for r in reached) / len(reached)) if reached else None,
+        reach=len(reaching) / len(runs),
+        solve=(sum(bool(r.solved) for r in reaching) / len(reaching)) if reaching else None,
         end_to_end=sum(r.success for r in runs) / len(runs),
         runs=runs,
     )
@@ -241,7 +239,7 @@ class HandoffMatrix(BaseModel):
 def task_list(env_name: str, count: int | None, seed: int = 0) -> list[Task]:
     """Tasks of an environment that offers a task set (`tasks(count, seed)`)."""
     env = ENVIRONMENTS.get(env_name)()
-    if not callable(getattr(env, "tasks", None)):
+    if not isinstance(env, TaskSet):
         raise UserError(f"environment '{env_name}' offers no task set for handoff")
     return list(env.tasks(count, seed))
 

@@ -24,6 +24,8 @@ from trajforge.models.base import ChatModel
 from trajforge.models.openai_compat import OpenAICompatibleModel, OpenAIModelConfig
 from trajforge.schema import Trajectory
 
+UserKind = Literal["scripted", "llm"]
+
 
 class AgentSpec(BaseModel):
     """Which policy and user simulator to run."""
@@ -31,7 +33,7 @@ class AgentSpec(BaseModel):
     policy: str = Field(description="expert, noisy-expert, replay, llm, or module:Class.")
     seed: int = Field(default=0, description="Seed of the noisy expert's mistakes.")
     error_rate: float = Field(default=0.2, ge=0.0, le=1.0, description="Noisy expert error rate.")
-    user: Literal["scripted", "llm"] = Field(default="scripted", description="User simulator.")
+    user: UserKind = Field(default="scripted", description="User simulator.")
     llm: OpenAIModelConfig = Field(
         default_factory=OpenAIModelConfig, description="Endpoint for the llm policy or user."
     )

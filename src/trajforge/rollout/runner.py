@@ -21,11 +21,12 @@ import time
 import traceback
 from collections import Counter
 from collections.abc import Callable, Iterable
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import orjson
 from pydantic import BaseModel, Field
 
+from trajforge.envs.base import Environment
 from trajforge.envs.faults import parse_fault_spec, with_faults
 from trajforge.rollout.episode import Limits, run_episode, start_trajectory
 from trajforge.rollout.factory import (
@@ -82,17 +83,18 @@ class RolloutConfig(BaseModel):
 
     def specs(self) -> list[EpisodeSpec]:
         faults = parse_fault_spec(self.faults).spec()
-        common = {
-            "env": self.env,
-            "policy": self.policy,
-            "options": self.options,
-            "seed": self.seed,
-            "faults": faults,
-            "limits": self.limits,
-            "run": self.run,
-        }
         return [
-            EpisodeSpec(task=task, sample=sample, **common)
+            EpisodeSpec(
+                env=self.env,
+                task=task,
+                policy=self.policy,
+                options=self.options,
+                sample=sample,
+                seed=self.seed,
+                faults=faults,
+                limits=self.limits,
+                run=self.run,
+            )
             for task in self.tasks
             for sample in range(self.n)
         ]
@@ -108,8 +110,7 @@ def run_episode_spec(spec: EpisodeSpec) -> Trajectory:
         env = with_faults(make_env(spec.env), parse_fault_spec(spec.faults or None), seed)
         policy = make_policy(spec.policy, spec.options, seed)
         traj = start_trajectory(env, spec.task, source)
-        if callable(getattr(env, "bind_conversation", None)):
-            env.bind_conversation(traj.messages)
+        env.bind_conversation(traj.messages)
         user = None
         if needs_user(traj.messages):
             user = make_user(env)
@@ -172,10 +173,9 @@ def _setup_failure(spec: EpisodeSpec, source: Source, exc: Exception, wall: floa
     return traj
 
 
-def _close(env: Any) -> None:
-    close = getattr(env, "close", None)
-    if callable(close):
-        close()
+def _close(env: Environment | None) -> None:
+    if env is not None:
+        env.close()
 
 
 def _stamp(traj: Trajectory, spec: EpisodeSpec, seed: int) -> None:
@@ -230,14 +230,7 @@ def summarize(
 
 def stored_episodes(store: Store, env: str) -> dict[str, tuple[str, str | None]]:
     """Episode key → (trajectory id, termination reason) of this environment's rollouts."""
-    rows = store.db.execute(
-        "SELECT id, json_extract(CAST(doc AS TEXT), '$.metadata.episode_key'), "
-        "json_extract(CAST(doc AS TEXT), '$.outcome.termination_reason') "
-        "FROM trajectories WHERE harness = ? AND json_extract(CAST(doc AS TEXT), "
-        "'$.metadata.env') = ?",
-        (HARNESS, env),
-    )
-    return {key: (traj_id, reason) for traj_id, key, reason in rows if key}
+    return store.episodes(HARNESS, env)
 
 
 class Progress:

@@ -8,6 +8,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from trajforge.envs.base import TaskLookup, TaskSet
 from trajforge.errors import InputError, UserError
 from trajforge.jsonfile import load_json_records
 from trajforge.registry import Registry
@@ -24,9 +25,23 @@ TASKS_HELP = (
 )
 
 
-def select_tasks(env: Any, spec: str) -> list[Task]:
-    """The tasks named by `spec` for environment `env`; UserError when there are none."""
-    spec = spec.strip()
+def select_tasks(env: Any, spec: str | int | Path) -> list[Task]:
+    """The tasks named by `spec` for environment `env`; UserError when there are none.
+
+    `env` is an environment object or its registered name (`"household"`, `"tau-retail"`...);
+    `spec` is a count (`3` or `"3"`), a range `"A-B"`, or a JSON/JSONL file of tasks.
+    """
+    if isinstance(env, str):
+        from trajforge.envs import ENVIRONMENTS
+
+        env = ENVIRONMENTS.get(env)()
+    if not isinstance(getattr(env, "name", None), str):
+        raise UserError(
+            f"select_tasks expects an environment or its name, got {type(env).__name__}"
+        )
+    if isinstance(spec, bool) or not isinstance(spec, str | int | Path):
+        raise UserError(f"select_tasks expects a count, 'A-B' or a file, got {spec!r}")
+    spec = str(spec).strip()
     if re.fullmatch(r"\d+", spec):
         tasks = _generated(env, int(spec))
     elif match := re.fullmatch(r"(\d+)-(\d+)", spec):
@@ -45,7 +60,7 @@ def select_tasks(env: Any, spec: str) -> list[Task]:
 
 def task_set(env: Any) -> Any:
     """What lists the tasks of `env`: the environment itself or its registered task set."""
-    if callable(getattr(env, "tasks", None)):
+    if isinstance(env, TaskSet):
         return env
     if env.name in TASK_SETS.names():
         return TASK_SETS.get(env.name)(env.name)
@@ -76,7 +91,7 @@ def _task(env: Any, item: Any, path: Path, index: int) -> Task:
 
 def task_by_id(env: Any, task_id: str, file: str = "--tasks", index: int | None = None) -> Task:
     """Look a task up by id: the environment's `task_by_id`, else its task list."""
-    if callable(getattr(env, "task_by_id", None)):
+    if isinstance(env, TaskLookup):
         return env.task_by_id(task_id)
     known = {t.id: t for t in task_set(env).tasks(None)}
     if task_id not in known:

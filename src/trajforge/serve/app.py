@@ -68,6 +68,13 @@ class StudentApp:
         self.app.post("/v1/chat/completions")(self.chat_completions)
         self.app.get("/v1/models")(self.models)
 
+    @property
+    def queue(self) -> asyncio.Queue[_Pending]:
+        """Requests waiting for a batch; only while the app is started."""
+        if self._queue is None:
+            raise RuntimeError("the student server is not started (run it under its lifespan)")
+        return self._queue
+
     @asynccontextmanager
     async def _lifespan(self, app: FastAPI) -> AsyncIterator[None]:
         self._queue = asyncio.Queue()
@@ -86,7 +93,7 @@ class StudentApp:
         tools = body.get("tools") or []
         prompt = self.student.codec.prompt(messages, tools)
         future = asyncio.get_running_loop().create_future()
-        await self._queue.put(_Pending(body, prompt, future))
+        await self.queue.put(_Pending(body, prompt, future))
         answer = await future
         if body.get("stream"):
             events = [b"data: " + orjson.dumps(c) + b"\n\n" for c in chat_chunks(answer, body)]
@@ -99,12 +106,13 @@ class StudentApp:
         return _JSON({"object": "list", "data": [entry]})
 
     async def _batch_loop(self) -> None:
+        queue = self.queue
         while True:
-            first = await self._queue.get()
+            first = await queue.get()
             await asyncio.sleep(self.max_wait_s)
             waiting = [first]
-            while not self._queue.empty() and len(waiting) < self.max_batch:
-                waiting.append(self._queue.get_nowait())
+            while not queue.empty() and len(waiting) < self.max_batch:
+                waiting.append(queue.get_nowait())
             groups: dict[tuple, list[_Pending]] = {}
             for item in waiting:
                 groups.setdefault(item.key(), []).append(item)

@@ -209,7 +209,7 @@ class CompactCodec:
             else:
                 parts[-1].append(token)
         content = _join(parts[0])
-        calls = []
+        calls: list[dict[str, Any]] = []
         order = schema_params(tools)
         for marker, part in zip(markers[1:], parts[1:], strict=True):
             if marker == "<|call|>":

@@ -243,14 +243,14 @@ class DecodeSession:
     ) -> list[Generated]:  # fmt: skip
         import torch
 
-        prompts = [list(p) for p in prompts]
-        if not self._extends(prompts, max_new_tokens):
-            self._reset(len(prompts))
-            prompts = [self.student._fit(p, max_new_tokens) for p in prompts]
-        segments = [p[len(f) :] for p, f in zip(prompts, self.fed, strict=True)]
+        rows = [list(p) for p in prompts]
+        if not self._extends(rows, max_new_tokens):
+            self._reset(len(rows))
+            rows = [self.student._fit(p, max_new_tokens) for p in rows]
+        segments = [p[len(f) :] for p, f in zip(rows, self.fed, strict=True)]
         generator = torch.Generator().manual_seed(seed)
         with torch.inference_mode():
-            out = self._run(prompts, segments, max_new_tokens, temperature, generator)
+            out = self._run(rows, segments, max_new_tokens, temperature, generator)
         return out
 
     def _extends(self, prompts: list[list[int]], room: int) -> bool:

@@ -20,9 +20,6 @@ class TrajectoryFilter(BaseModel):
     forks: bool | None = Field(default=None, description="Only forks (True) or originals (False).")
     limit: int | None = Field(default=None, description="At most this many.")
 
-    def is_empty(self) -> bool:
-        return self == TrajectoryFilter()
-
     def where(self) -> tuple[str, list[Any]]:
         """SQL WHERE clause (with leading WHERE, or empty) and its parameters."""
         clauses: list[str] = []

@@ -197,12 +197,33 @@ def m005_full_text_search(db: sqlite3.Connection) -> None:
     _search_index(db, "diagnoses", "diagnosis_search", {"body": _DIAGNOSIS_TEXT})
 
 
+def m006_episode_columns(db: sqlite3.Connection) -> None:
+    """A rollout's episode key, environment and termination reason as columns, indexed for
+    the runner's resume (which episodes of an environment are already stored)."""
+    columns = {
+        "episode_key": "$.metadata.episode_key",
+        "episode_env": "$.metadata.env",
+        "termination_reason": "$.outcome.termination_reason",
+    }
+    for column in columns:
+        db.execute(f"ALTER TABLE trajectories ADD COLUMN {column} TEXT")
+    assignments = ", ".join(
+        f"{column} = json_extract(CAST(doc AS TEXT), '{path}')" for column, path in columns.items()
+    )
+    db.execute(f"UPDATE trajectories SET {assignments}")
+    db.execute(
+        "CREATE INDEX idx_trajectories_episode ON trajectories(harness, episode_env, episode_key)"
+        " WHERE episode_key IS NOT NULL"
+    )
+
+
 MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
     m001_trajectories,
     m002_diagnoses,
     m003_proxy_calls,
     m004_summary_columns_and_filter_indexes,
     m005_full_text_search,
+    m006_episode_columns,
 ]
 
 

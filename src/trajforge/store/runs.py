@@ -271,17 +271,16 @@ class TreeNode(BaseModel):
 def fork_tree(store: Store, traj_id: str, max_nodes: int = 500) -> TreeNode:
     """The fork tree that holds `traj_id`: from its oldest stored ancestor down through every
     descendant (children by `parent_id`, which is indexed), at most `max_nodes` runs."""
-    root_id = store.resolve_id(traj_id)
-    seen = {root_id}
-    while True:
-        row = _tree_row(store, root_id)
-        if row is None or row.parent_id is None or row.parent_id in seen:
+    root = _tree_row(store, store.resolve_id(traj_id))
+    if root is None:
+        raise UserError(f"no trajectory '{traj_id}' in {store.path}")
+    seen = {root.id}
+    while root.parent_id is not None and root.parent_id not in seen:
+        parent = _tree_row(store, root.parent_id)
+        if parent is None:
             break
-        if _tree_row(store, row.parent_id) is None:
-            break
-        root_id = row.parent_id
-        seen.add(root_id)
-    root = _tree_row(store, root_id)
+        root = parent
+        seen.add(root.id)
     frontier, count = [root], 1
     while frontier and count < max_nodes:
         node = frontier.pop()

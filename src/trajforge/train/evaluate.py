@@ -84,7 +84,7 @@ def check_held_out(task_ids: Sequence[str], trained_on: Sequence[str]) -> None:
 
 def held_out_tasks(env: Any, count: int, difficulty: int, offset: int = 0) -> list[Task]:
     """`count` household tasks from the held-out seed range (solvable worlds only)."""
-    tasks = []
+    tasks: list[Task] = []
     seed = HELD_OUT_START + offset
     while len(tasks) < count:
         task = env.task_by_id(f"household-d{difficulty}-{seed}")

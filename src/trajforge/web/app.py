@@ -191,7 +191,7 @@ def _pages(app: FastAPI, store: Store, scorer: RiskScorer, config: UiConfig) -> 
     async def risk_fragment(traj_id: str) -> HTMLResponse:
         note = (
             f"model file {config.monitor.name}"
-            if scorer.from_file
+            if config.monitor is not None
             else "rule detector: start the UI with --monitor MODEL for a learned risk and its "
             "stop threshold"
         )

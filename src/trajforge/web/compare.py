@@ -60,7 +60,7 @@ def group_filter(spec: str) -> TrajectoryFilter:
                 f"{', '.join(FIELDS)}"
             )
         fields[FIELDS[field]] = value
-    return TrajectoryFilter(**fields)
+    return TrajectoryFilter.model_validate(fields)
 
 
 def group_stats(store: Store, spec: str) -> GroupStats:

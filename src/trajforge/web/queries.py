@@ -37,9 +37,10 @@ def run_filter(params: Mapping[str, str]) -> TrajectoryFilter:
 
 def run_query(params: Mapping[str, str]) -> RunQuery:
     """The runs page's query (filters, search, sort, page) from URL parameters."""
-    sort = params.get("sort") or "created"
-    if sort not in get_args(SortKey):
-        raise UserError(f"cannot sort by '{sort}'; use one of {', '.join(get_args(SortKey))}")
+    wanted = params.get("sort") or "created"
+    sort: SortKey | None = next((k for k in get_args(SortKey) if k == wanted), None)
+    if sort is None:
+        raise UserError(f"cannot sort by '{wanted}'; use one of {', '.join(get_args(SortKey))}")
     direction = params.get("dir") or "desc"
     if direction not in ("asc", "desc"):
         raise UserError(f"dir must be 'asc' or 'desc', got '{direction}'")
@@ -66,6 +67,6 @@ def _positive(params: Mapping[str, str], key: str, default: int) -> int:
 
 def state(params: Mapping[str, str], **changes: object) -> dict[str, object]:
     """The page's URL parameters with some changed (for links that keep everything else)."""
-    kept = {k: v for k, v in params.items() if k != "token"}
+    kept: dict[str, object] = {k: v for k, v in params.items() if k != "token"}
     kept.update(changes)
     return kept

@@ -21,6 +21,7 @@ from trajforge.diagnose.evidence import (
     is_write,
 )
 from trajforge.diagnose.model import Correction, Diagnosis, Evidence
+from trajforge.diagnose.taxonomy import Category
 from trajforge.schema import ToolCall, Trajectory
 
 AUTH_TOOLS = ("find_user_id_by_email", "find_user_id_by_name_zip", "get_user_details")
@@ -139,7 +140,7 @@ def _wrong_write(
 
 def classify_wrong_write(
     traj: Trajectory, index: int, call: ToolCall, intended: dict | None, same_name: list
-) -> tuple[str, str]:
+) -> tuple[Category, str]:
     """Category and explanation of a wrong write, given the write the goal needed."""
     if call.name in HANDOFF_TOOLS:
         needed = intended["name"] if intended else "no hand-off"

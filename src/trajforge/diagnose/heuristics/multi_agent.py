@@ -23,9 +23,11 @@ and cited as evidence; on Who&When they point past the labelled step, so they do
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from trajforge.diagnose.evidence import excerpt, is_error_text, speaker
 from trajforge.diagnose.model import Correction, Diagnosis, Evidence
+from trajforge.diagnose.taxonomy import Category
 from trajforge.schema import Message, Trajectory
 
 TERMINAL_NAMES = {"computer_terminal", "terminal", "executor", "code_executor"}
@@ -55,7 +57,9 @@ def _agent_steps(traj: Trajectory) -> list[int]:
     return [i for i, m in enumerate(traj.messages) if m.role != "system" and not is_terminal(m)]
 
 
-def _diagnosis(traj: Trajectory, step: int, category: str, explanation: str, **kw) -> Diagnosis:
+def _diagnosis(
+    traj: Trajectory, step: int, category: Category, explanation: str, **kw: Any
+) -> Diagnosis:
     message = traj.messages[step]
     quote = excerpt(message.text(), 50)
     evidence = [Evidence(message_index=step, quote=quote, note="the decisive message")]
@@ -132,7 +136,7 @@ def first_contribution(traj: Trajectory) -> Diagnosis | None:
     )
 
 
-def _classify_contribution(traj: Trajectory, index: int) -> tuple[str, str, list[Evidence]]:
+def _classify_contribution(traj: Trajectory, index: int) -> tuple[Category, str, list[Evidence]]:
     message = traj.messages[index]
     nxt = index + 1
     if has_code(message) and nxt < len(traj.messages) and is_terminal(traj.messages[nxt]):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Callable
+from typing import Any
 
 from trajforge.diagnose.evidence import (
     calls_with_results,
@@ -20,6 +21,7 @@ from trajforge.diagnose.evidence import (
 )
 from trajforge.diagnose.heuristics.gold import AUTH_ENVS, AUTH_TOOLS, TAU_ENVS
 from trajforge.diagnose.model import Correction, Diagnosis, Evidence
+from trajforge.diagnose.taxonomy import Category
 from trajforge.schema import Trajectory
 
 _ACKNOWLEDGES = re.compile(
@@ -31,7 +33,9 @@ _AFFIRMS = re.compile(r"\b(yes|yeah|yep|confirm|proceed|go ahead|sure|please do|
 LOOP_REPEATS = 3
 
 
-def _finding(traj: Trajectory, step: int, category: str, explanation: str, **kw) -> Diagnosis:
+def _finding(
+    traj: Trajectory, step: int, category: Category, explanation: str, **kw: Any
+) -> Diagnosis:
     return Diagnosis(
         trajectory_id=traj.id,
         method="heuristic",

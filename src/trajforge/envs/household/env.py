@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import random
 import re
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
 from pydantic import BaseModel, Field
 
-from trajforge.envs.base import StepResult
+from trajforge.envs.base import EnvironmentBase, StepResult
 from trajforge.envs.household import oracle
 from trajforge.envs.household.tools import TOOL_NAMES, TOOLS
 from trajforge.envs.household.world import FLAG, Goal, Layout, State, generate_world, goal_met
@@ -62,19 +63,38 @@ def task_for(world_seed: int, difficulty: int) -> Task:
     )
 
 
-class HouseholdEnv:
+@dataclass(slots=True)
+class Episode:
+    """One household episode: its world's layout and goal, the current state, and the oracle's
+    plan, kept while the agent follows it (`planned` is False when it must be recomputed)."""
+
+    layout: Layout
+    goal: Goal
+    state: State
+    plan: list[oracle.Action] | None = None
+    planned: bool = False
+
+    def copy(self) -> Episode:
+        """A copy whose state can change without touching this one (layout and goal are fixed)."""
+        return Episode(self.layout, self.goal, self.state.copy(), self.plan, self.planned)
+
+
+class HouseholdEnv(EnvironmentBase):
     """See module docstring. Implements Environment, Oracle, TaskSet and a distractor."""
 
     name = NAME
 
     def __init__(self, config: HouseholdConfig | None = None, **overrides: Any) -> None:
         self.config = (config or HouseholdConfig()).model_copy(update=overrides)
-        self.layout: Layout | None = None
-        self.goal: Goal | None = None
-        self.state: State | None = None
+        self._episode: Episode | None = None
         self._handlers = {name: getattr(self, f"_do_{name}") for name in TOOL_NAMES}
-        self._plan: list[oracle.Action] | None = None
-        self._planned = False
+
+    @property
+    def world(self) -> Episode:
+        """The current episode; only after `reset`."""
+        if self._episode is None:
+            raise RuntimeError("the household environment has no episode yet: call reset(task)")
+        return self._episode
 
     # -- task generation -------------------------------------------------------------
     def tasks(self, count: int | None = None, seed: int = 0) -> list[Task]:
@@ -108,9 +128,8 @@ class HouseholdEnv:
     def reset(self, task: Task) -> list[Message]:
         data = task.data if "world_seed" in task.data else self.task_by_id(task.id).data
         world = generate_world(int(data["world_seed"]), int(data["difficulty"]))
-        self.layout, self.goal, self.state = world.layout, world.goal, world.initial.copy()
-        self._planned = False
-        intro = f"Your task is to: {self.goal.text()}.\n{self._describe_room()}"
+        self._episode = Episode(world.layout, world.goal, world.initial.copy())
+        intro = f"Your task is to: {world.goal.text()}.\n{self._describe_room()}"
         return [Message(role="system", content=SYSTEM_PROMPT), Message(role="user", content=intro)]
 
     def step(self, call: ToolCall) -> StepResult:
@@ -125,37 +144,37 @@ class HouseholdEnv:
         except orjson.JSONDecodeError:
             return StepResult(content="Arguments are not valid JSON.", error=True)
         self._advance_plan(call.name, args)
-        return StepResult(content=content, done=goal_met(self.layout, self.state, self.goal))
+        world = self.world
+        return StepResult(content=content, done=goal_met(world.layout, world.state, world.goal))
 
     def evaluate(self) -> Outcome:
-        success = self.state is not None and goal_met(self.layout, self.state, self.goal)
+        world = self._episode
+        success = world is not None and goal_met(world.layout, world.state, world.goal)
         return Outcome(success=success, reward=float(success), judged_by="household-goal")
 
-    def snapshot(self) -> Any:
-        plan = self._plan if self._planned else False
-        return (self.layout, self.goal, self.state.copy(), plan)
+    def snapshot(self) -> Episode:
+        return self.world.copy()
 
-    def restore(self, state: Any) -> None:
-        self.layout, self.goal, saved, plan = state
-        self.state = saved.copy()
-        self._planned = plan is not False
-        self._plan = plan if self._planned else None
+    def restore(self, state: Episode) -> None:
+        self._episode = state.copy()
 
     # -- oracle ---------------------------------------------------------------------------
     def _current_plan(self) -> list[oracle.Action] | None:
         """The oracle's plan, kept while the agent follows it (its rest stays optimal)."""
-        if not self._planned:
-            self._plan = oracle.plan(self.layout, self.state, self.goal)
-            self._planned = True
-        return self._plan
+        world = self.world
+        if not world.planned:
+            world.plan = oracle.plan(world.layout, world.state, world.goal)
+            world.planned = True
+        return world.plan
 
     def _advance_plan(self, name: str, args: dict) -> None:
+        world = self.world
         if name in _READ_ONLY:
             return
-        if self._planned and self._plan and self._plan[0] == (name, args):
-            self._plan = self._plan[1:]
+        if world.planned and world.plan and world.plan[0] == (name, args):
+            world.plan = world.plan[1:]
         else:
-            self._planned = False
+            world.planned = False
 
     def distance(self) -> int | None:
         plan = self._current_plan()
@@ -170,13 +189,14 @@ class HouseholdEnv:
 
     def privileged_hint(self) -> str | None:
         """Hidden state the agent would have to search for: where the goal's objects are."""
-        if self.state is None or self.goal is None or self.layout is None:
+        world = self._episode
+        if world is None:
             return None
         spots = []
-        for obj in self.layout.by_type.get(self.goal.obj_type, []):
-            where = self.state.place.get(obj)
-            if where is not None and where != self.goal.target:
-                spots.append(f"{obj} is in {where} ({self.layout.room_of[where]})")
+        for obj in world.layout.by_type.get(world.goal.obj_type, []):
+            where = world.state.place.get(obj)
+            if where is not None and where != world.goal.target:
+                spots.append(f"{obj} is in {where} ({world.layout.room_of[where]})")
         return "; ".join(spots) + "." if spots else None
 
     def distractor_action(self, rng: random.Random) -> ToolCall | None:
@@ -190,8 +210,10 @@ class HouseholdEnv:
         return ToolCall(id="", name=name, arguments=arguments)
 
     def _plausible_moves(self) -> list[tuple[str, str]]:
-        state, layout = self.state, self.layout
-        moves = [("go", {"target": r}) for r in layout.receptacles_in[state.room] if r != state.at]
+        state, layout = self.world.state, self.world.layout
+        moves: list[tuple[str, dict[str, str]]] = [
+            ("go", {"target": r}) for r in layout.receptacles_in[state.room] if r != state.at
+        ]
         moves += [("go", {"target": room}) for room in layout.adjacent[state.room]]
         if state.at is not None and self._reachable(state.at):
             if state.holding is None:
@@ -216,19 +238,20 @@ class HouseholdEnv:
 
     # -- descriptions ------------------------------------------------------------------------
     def _describe_room(self) -> str:
-        room = self.state.room
-        seen = ", ".join(self.layout.receptacles_in[room]) or "nothing"
-        exits = ", ".join(self.layout.adjacent[room]) or "none"
+        layout, room = self.world.layout, self.world.state.room
+        seen = ", ".join(layout.receptacles_in[room]) or "nothing"
+        exits = ", ".join(layout.adjacent[room]) or "none"
         return f"You are in the {room}. Here you see {seen}. Exits: {exits}."
 
     def _describe_receptacle(self, receptacle: str) -> str:
         if not self._reachable(receptacle):
             return f"The {receptacle} is closed."
-        items = ", ".join(_article(o) for o in self.state.contents[receptacle]) or "nothing"
+        items = ", ".join(_article(o) for o in self.world.state.contents[receptacle]) or "nothing"
         return f"On the {receptacle}, you see {items}."
 
     def _reachable(self, receptacle: str) -> bool:
-        return receptacle not in self.layout.openable or receptacle in self.state.opened
+        world = self.world
+        return receptacle not in world.layout.openable or receptacle in world.state.opened
 
     # -- actions ---------------------------------------------------------------------------
     def _arg(self, args: dict, key: str) -> str:
@@ -238,11 +261,11 @@ class HouseholdEnv:
         return value.strip()
 
     def _do_go(self, args: dict) -> str:
-        target, state = self._arg(args, "target"), self.state
-        if target in self.layout.adjacent[state.room]:
+        target, state, layout = self._arg(args, "target"), self.world.state, self.world.layout
+        if target in layout.adjacent[state.room]:
             state.room, state.at = target, None
             return self._describe_room()
-        if self.layout.room_of.get(target) == state.room:
+        if layout.room_of.get(target) == state.room:
             state.at = target
             return f"You arrive at {target}. {self._describe_receptacle(target)}"
         if target == state.room:
@@ -250,27 +273,27 @@ class HouseholdEnv:
         raise ToolError(f"Nothing happens: you cannot reach '{target}' from here.")
 
     def _here(self, target: str) -> str:
-        if target != self.state.at:
+        if target != self.world.state.at:
             raise ToolError(f"Nothing happens: you are not at '{target}'.")
         return target
 
     def _do_open(self, args: dict) -> str:
-        target = self._here(self._arg(args, "target"))
-        if target not in self.layout.openable or target in self.state.opened:
+        target, world = self._here(self._arg(args, "target")), self.world
+        if target not in world.layout.openable or target in world.state.opened:
             raise ToolError(f"Nothing happens: {target} cannot be opened.")
-        self.state.opened.add(target)
-        items = ", ".join(_article(o) for o in self.state.contents[target]) or "nothing"
+        world.state.opened.add(target)
+        items = ", ".join(_article(o) for o in world.state.contents[target]) or "nothing"
         return f"You open the {target}. In it, you see {items}."
 
     def _do_close(self, args: dict) -> str:
-        target = self._here(self._arg(args, "target"))
-        if target not in self.state.opened:
+        target, state = self._here(self._arg(args, "target")), self.world.state
+        if target not in state.opened:
             raise ToolError(f"Nothing happens: {target} is not open.")
-        self.state.opened.discard(target)
+        state.opened.discard(target)
         return f"You close the {target}."
 
     def _do_take(self, args: dict) -> str:
-        obj, state = self._arg(args, "object"), self.state
+        obj, state = self._arg(args, "object"), self.world.state
         if state.holding is not None:
             raise ToolError(f"Nothing happens: you are already holding {state.holding}.")
         if state.at is None or obj not in state.contents[state.at] or not self._reachable(state.at):
@@ -280,7 +303,7 @@ class HouseholdEnv:
         return f"You pick up the {obj} from the {state.at}."
 
     def _do_put(self, args: dict) -> str:
-        obj, state = self._arg(args, "object"), self.state
+        obj, state = self._arg(args, "object"), self.world.state
         receptacle = self._here(self._arg(args, "receptacle"))
         if state.holding != obj:
             raise ToolError(f"Nothing happens: you are not holding {obj}.")
@@ -291,11 +314,11 @@ class HouseholdEnv:
         return f"You put the {obj} in/on the {receptacle}."
 
     def _treat(self, action: str, args: dict) -> str:
-        obj, state = self._arg(args, "object"), self.state
+        obj, state = self._arg(args, "object"), self.world.state
         prop, appliance = _TREATED[action]
         if state.holding != obj:
             raise ToolError(f"Nothing happens: you are not holding {obj}.")
-        if state.at is None or self.layout.kind_of[state.at] != appliance:
+        if state.at is None or self.world.layout.kind_of[state.at] != appliance:
             raise ToolError(f"Nothing happens: you need to be at a {appliance} to {action}.")
         flags = state.props[obj] | FLAG[prop]
         if prop in ("hot", "cool"):
@@ -313,21 +336,23 @@ class HouseholdEnv:
         return self._treat("cool", args)
 
     def _do_examine(self, args: dict) -> str:
-        target, state = self._arg(args, "target"), self.state
+        target, state = self._arg(args, "target"), self.world.state
         if target == state.at:
             return self._describe_receptacle(target)
-        visible = state.at is not None and self._reachable(state.at)
-        if target == state.holding or (visible and target in state.contents[state.at]):
+        at = state.at
+        in_view = at is not None and self._reachable(at) and target in state.contents[at]
+        if target == state.holding or in_view:
             flags = state.props[target]
             words = [name for name, bit in FLAG.items() if flags & bit] or ["ordinary"]
             return f"This is {_article(target)}. It is {' and '.join(words)}."
         raise ToolError(f"Nothing happens: you see no {target} here.")
 
     def _do_look(self, args: dict) -> str:
-        if self.state.at is None:
+        at = self.world.state.at
+        if at is None:
             return self._describe_room()
-        return f"You are at {self.state.at}. {self._describe_receptacle(self.state.at)}"
+        return f"You are at {at}. {self._describe_receptacle(at)}"
 
     def _do_inventory(self, args: dict) -> str:
-        held = self.state.holding
+        held = self.world.state.holding
         return f"You are carrying: {held}." if held else "You are not carrying anything."

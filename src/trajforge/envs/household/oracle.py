@@ -109,7 +109,9 @@ def _plan_order(layout: Layout, state: State, goal: Goal, order: tuple[str, ...]
     walk = _Walk(layout, state)
     for obj in order:
         if walk.holding != obj:
-            walk.fetch(obj, state.place[obj])
+            where = state.place[obj]
+            assert where is not None, "only the object held at the start has no place"
+            walk.fetch(obj, where)
         if goal.prop is not None and not state.props[obj] & FLAG[goal.prop]:
             walk.treat(obj, goal.prop, goal.target)
         walk.deliver(obj, goal.target)

@@ -20,7 +20,7 @@ from typing import Any
 import orjson
 from pydantic import BaseModel, Field
 
-from trajforge.envs.base import StepResult
+from trajforge.envs.base import EnvironmentBase, StepResult
 from trajforge.envs.swe.repos import Repo, generate_repo
 from trajforge.envs.swe.sandbox import (
     SandboxConfig,
@@ -28,6 +28,7 @@ from trajforge.envs.swe.sandbox import (
     special_entries,
     workspace_files,
 )
+from trajforge.envs.tool_schema import string_tool
 from trajforge.errors import ToolError, UserError
 from trajforge.schema import Message, Outcome, Task, ToolCall
 
@@ -46,26 +47,17 @@ def _untimed(output: str) -> str:
     return _TIMING.sub(r"\1", output)
 
 
-def _tool(name: str, description: str, **params: str) -> dict[str, Any]:
-    properties = {key: {"type": "string", "description": text} for key, text in params.items()}
-    parameters = {"type": "object", "properties": properties, "required": list(params)}
-    return {
-        "type": "function",
-        "function": {"name": name, "description": description, "parameters": parameters},
-    }
-
-
 TOOLS = [
-    _tool("bash", "Run a shell command in the repository.", command="The command."),
-    _tool("read", "Read a file of the repository.", path="Path relative to the repository."),
-    _tool(
+    string_tool("bash", "Run a shell command in the repository.", command="The command."),
+    string_tool("read", "Read a file of the repository.", path="Path relative to the repository."),
+    string_tool(
         "edit",
         "Replace the one occurrence of `old` in a file with `new`.",
         path="Path relative to the repository.",
         old="Exact text to replace (must occur once).",
         new="Replacement text.",
     ),
-    _tool("run_tests", "Run the repository's tests."),
+    string_tool("run_tests", "Run the repository's tests."),
 ]
 
 
@@ -88,16 +80,30 @@ def task_for(seed: int) -> Task:
     )
 
 
-class SweEnv:
+class SweEnv(EnvironmentBase):
     """See module docstring. Implements Environment, Oracle and TaskSet."""
 
     name = NAME
 
     def __init__(self, config: SweConfig | None = None, **overrides: Any) -> None:
         self.config = (config or SweConfig()).model_copy(update=overrides)
-        self.workspace: Path | None = None
-        self.repo: Repo | None = None
+        self._workspace: Path | None = None
+        self._repo: Repo | None = None
         self.tested_since_change = False
+
+    @property
+    def workspace(self) -> Path:
+        """The episode's working copy; only between `reset` and `close`."""
+        if self._workspace is None:
+            raise RuntimeError("the swe environment has no workspace: call reset(task)")
+        return self._workspace
+
+    @property
+    def repo(self) -> Repo:
+        """The generated repository of the current task; only after `reset`."""
+        if self._repo is None:
+            raise RuntimeError("the swe environment has no task: call reset(task)")
+        return self._repo
 
     def tasks(self, count: int | None = None, seed: int = 0) -> list[Task]:
         return [task_for(seed * 1_000_003 + i) for i in range(count if count is not None else 20)]
@@ -114,22 +120,25 @@ class SweEnv:
 
     def reset(self, task: Task) -> list[Message]:
         seed = task.data["seed"] if "seed" in task.data else self.task_by_id(task.id).data["seed"]
-        self.repo = generate_repo(int(seed))
+        repo = self._repo = generate_repo(int(seed))
         self.close()
-        self.workspace = Path(tempfile.mkdtemp(prefix="swe-", dir=self.config.workdir)).resolve()
-        self._write(self.repo.buggy)
+        self._workspace = self._new_workspace()
+        self._write(repo.buggy)
         self.tested_since_change = False
-        files = "\n".join(sorted(self.repo.buggy))
-        opening = f"{self.repo.issue}\n\nRepository files:\n{files}"
+        files = "\n".join(sorted(repo.buggy))
+        opening = f"{repo.issue}\n\nRepository files:\n{files}"
         return [
             Message(role="system", content=SYSTEM_PROMPT),
             Message(role="user", content=opening),
         ]
 
     def close(self) -> None:
-        if self.workspace is not None:
-            shutil.rmtree(self.workspace, ignore_errors=True)
-            self.workspace = None
+        if self._workspace is not None:
+            shutil.rmtree(self._workspace, ignore_errors=True)
+            self._workspace = None
+
+    def _new_workspace(self) -> Path:
+        return Path(tempfile.mkdtemp(prefix="swe-", dir=self.config.workdir)).resolve()
 
     def _write(self, files: dict[str, str]) -> None:
         for relative, text in files.items():
@@ -163,8 +172,9 @@ class SweEnv:
     def _inside(self, relative: Any) -> Path:
         if not isinstance(relative, str) or not relative:
             raise ToolError("missing argument 'path'")
-        path = (self.workspace / relative).resolve()
-        if not path.is_relative_to(self.workspace):
+        workspace = self.workspace
+        path = (workspace / relative).resolve()
+        if not path.is_relative_to(workspace):
             raise ToolError(f"'{relative}' is outside the repository")
         return path
 
@@ -225,11 +235,10 @@ class SweEnv:
         return (self.repo, self._files(), self.tested_since_change)
 
     def restore(self, state: Any) -> None:
-        self.repo, files, self.tested_since_change = state
-        if self.workspace is None:
-            self.workspace = Path(tempfile.mkdtemp(prefix="swe-", dir=self.config.workdir))
-            self.workspace = self.workspace.resolve()
-        for child in self.workspace.iterdir():
+        self._repo, files, self.tested_since_change = state
+        if self._workspace is None:
+            self._workspace = self._new_workspace()
+        for child in self._workspace.iterdir():
             if child.is_dir() and not child.is_symlink():
                 shutil.rmtree(child)
             else:
@@ -249,10 +258,10 @@ class SweEnv:
             return None if self.tested_since_change else ToolCall(id="", name="run_tests")
         path = differing[0]
         current = self._files().get(path, "")
-        fixed = self.repo.fixed[path]
-        bug = self.repo.bug
+        repo = self.repo
+        fixed, bug = repo.fixed[path], repo.bug
         if (
-            path == self.repo.bug_path
+            path == repo.bug_path
             and current.count(bug.new) == 1
             and (current.replace(bug.new, bug.old, 1) == fixed)
         ):
@@ -263,7 +272,8 @@ class SweEnv:
 
     def distractor_action(self, rng: random.Random) -> ToolCall | None:
         """A plausible detour: read another file, or list the repository."""
-        others = [p for p in self.repo.fixed if p != self.repo.bug_path and p.endswith(".py")]
+        repo = self.repo
+        others = [p for p in repo.fixed if p != repo.bug_path and p.endswith(".py")]
         if others and rng.random() < 0.7:
             args = {"path": rng.choice(sorted(others))}
             return ToolCall(id="", name="read", arguments=orjson.dumps(args).decode())

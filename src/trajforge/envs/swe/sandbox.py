@@ -222,7 +222,10 @@ class _Watch:
     """Reads a command's output and stops it at the time, memory or output limit."""
 
     def __init__(self, process: subprocess.Popen, config: SandboxConfig) -> None:
+        if process.stdout is None:
+            raise ValueError("the sandboxed command's output must be a pipe")
         self.process = process
+        self.stdout = process.stdout
         self.config = config
         self.tail = bytearray()
         self.read = 0
@@ -231,7 +234,7 @@ class _Watch:
     def run(self) -> SandboxResult:
         deadline = time.monotonic() + self.config.timeout_s
         selector = selectors.DefaultSelector()
-        selector.register(self.process.stdout, selectors.EVENT_READ)
+        selector.register(self.stdout, selectors.EVENT_READ)
         open_ = True
         while open_ and self.killed_for is None:
             if time.monotonic() >= deadline:
@@ -241,7 +244,7 @@ class _Watch:
                 open_ = self._drain()
             self._check_memory()
         selector.close()
-        self.process.stdout.close()
+        self.stdout.close()
         if self.killed_for is None:
             try:
                 self.process.wait(timeout=max(0.1, deadline - time.monotonic()))
@@ -251,7 +254,7 @@ class _Watch:
         return self._result()
 
     def _drain(self) -> bool:
-        chunk = os.read(self.process.stdout.fileno(), 65536)
+        chunk = os.read(self.stdout.fileno(), 65536)
         if not chunk:
             return False
         self.read += len(chunk)

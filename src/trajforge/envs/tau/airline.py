@@ -67,7 +67,7 @@ def _bookable_date(db: TauDB, flight_number: str, date: str, cabin: str, seats: 
 def _price_segment(db: TauDB, segment: dict, cabin: str, seats: int) -> None:
     """Fill a requested segment's price, origin and destination from the flight table."""
     on_date = _bookable_date(db, segment["flight_number"], segment["date"], cabin, seats)
-    flight = db.get("flights", segment["flight_number"])
+    flight = db.require("flights", segment["flight_number"], f"flight {segment['flight_number']}")
     segment["price"] = on_date["prices"][cabin]
     segment["origin"] = flight["origin"]
     segment["destination"] = flight["destination"]
@@ -140,7 +140,7 @@ def search_direct_flight(db: TauDB, origin: str, destination: str, date: str) ->
 
 
 def _connections(db: TauDB, first: Record, destination: str, date: str) -> list[list[Record]]:
-    found = []
+    found: list[list[Record]] = []
     first_listing = _on_date(first, date)
     if first_listing is None:
         return found

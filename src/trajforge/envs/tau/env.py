@@ -18,8 +18,7 @@ from typing import Any, ClassVar, Literal
 import orjson
 from pydantic import BaseModel, Field
 
-from trajforge.agents.base import USER_STOP
-from trajforge.envs.base import StepResult
+from trajforge.envs.base import USER_STOP, EnvironmentBase, StepResult
 from trajforge.envs.tau.db import DBState, TauDB
 from trajforge.envs.tau.distractors import distractor_call
 from trajforge.envs.tau.gold import Gold, GoldAction, load_gold
@@ -59,7 +58,7 @@ def policy_text(domain: str) -> str:
     return (resources.files("trajforge.envs.tau") / "policies" / f"{domain}.md").read_text()
 
 
-class TauEnv:
+class TauEnv(EnvironmentBase):
     """One tau domain; subclasses set `domain`, `name` and `tool_list`."""
 
     domain = ""

@@ -62,7 +62,7 @@ def _price_difference(db: TauDB, order: Record, item_ids: list, new_item_ids: li
 
 
 def _available_variant(db: TauDB, product_id: str, item_id: str) -> Record:
-    variants = db.get("products", product_id)["variants"]
+    variants = db.require("products", product_id, f"product {product_id}")["variants"]
     variant = variants.get(item_id)
     if variant is None or not variant["available"]:
         raise ToolError(f"new item {item_id} not found or available")
@@ -199,7 +199,8 @@ def modify_pending_order_items(
     )
     for item_id, new_item_id in zip(item_ids, new_item_ids, strict=True):
         item = next(i for i in order["items"] if i["item_id"] == item_id)
-        variant = db.get("products", item["product_id"])["variants"][new_item_id]
+        product = db.require("products", item["product_id"], f"product {item['product_id']}")
+        variant = product["variants"][new_item_id]
         item["item_id"] = new_item_id
         item["price"] = variant["price"]
         item["options"] = variant["options"]

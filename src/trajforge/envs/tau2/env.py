@@ -26,10 +26,10 @@ from typing import Any
 
 import orjson
 
-from trajforge.agents.base import USER_STOP
+from trajforge.envs.base import USER_STOP
 from trajforge.envs.tau.db import TauDB
 from trajforge.envs.tau.env import TauEnv
-from trajforge.envs.tau.tooling import Tool, run_tool
+from trajforge.envs.tau.tooling import run_tool
 from trajforge.envs.tau2.airline import TAU2_AIRLINE_TOOLS
 from trajforge.envs.tau2.retail import TAU2_RETAIL_TOOLS
 from trajforge.envs.tau2.tables import domain_tasks, policy_text
@@ -165,7 +165,7 @@ class Tau2RetailEnv(Tau2Env):
     domain = "retail"
     name = "tau2-retail"
     tables = "tau2-retail"
-    tool_list: list[Tool] = TAU2_RETAIL_TOOLS
+    tool_list = TAU2_RETAIL_TOOLS
 
 
 class Tau2AirlineEnv(Tau2Env):
@@ -174,4 +174,4 @@ class Tau2AirlineEnv(Tau2Env):
     domain = "airline"
     name = "tau2-airline"
     tables = "tau2-airline"
-    tool_list: list[Tool] = TAU2_AIRLINE_TOOLS
+    tool_list = TAU2_AIRLINE_TOOLS

@@ -16,18 +16,22 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from typing import ParamSpec, TypeVar
 
 from trajforge.envs.tau import retail as tau
 from trajforge.envs.tau.db import Record, TauDB
 from trajforge.envs.tau.tooling import COMMON_TOOLS, Tool, dumps
 from trajforge.errors import ToolError
 
+P = ParamSpec("P")
+R = TypeVar("R")
 
-def capitalised(fn: Callable[..., str]) -> Callable[..., str]:
+
+def capitalised(fn: Callable[P, R]) -> Callable[P, R]:
     """A tau-bench tool whose error messages start with a capital letter, as tau2's do."""
 
     @functools.wraps(fn)
-    def call(*args, **kwargs) -> str:
+    def call(*args: P.args, **kwargs: P.kwargs) -> R:
         try:
             return fn(*args, **kwargs)
         except ToolError as exc:

@@ -51,12 +51,6 @@ def domain_tasks(domain: str) -> tuple[dict[str, Any], ...]:
 
 
 @cache
-def task_split(domain: str) -> dict[str, list[str]]:
-    """tau2's task splits of a domain (`train`, `test`, `base`: lists of task ids)."""
-    return _read_gz(domain, "split_tasks.json.gz")
-
-
-@cache
 def policy_text(domain: str) -> str:
     return (resources.files("trajforge.envs.tau2") / "data" / domain / "policy.md").read_text()
 

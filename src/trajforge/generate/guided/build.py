@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import get_args
+from typing import TypeVar, get_args
 
 from pydantic import BaseModel, Field
 
@@ -10,7 +10,9 @@ from trajforge.errors import UserError
 from trajforge.generate.guided.guidance import SOURCES, LLMGuidanceProposer
 from trajforge.generate.guided.search import GuidedRecovery, RecoverConfig, StartMode
 from trajforge.models.openai_compat import OpenAICompatibleModel, OpenAIModelConfig
-from trajforge.rollout.policy_factory import AgentSpec, build_agents
+from trajforge.rollout.policy_factory import AgentSpec, UserKind, build_agents
+
+T = TypeVar("T")
 
 
 class RecoverSetup(BaseModel):
@@ -29,14 +31,16 @@ class RecoverSetup(BaseModel):
 
 
 def build_recovery(setup: RecoverSetup) -> GuidedRecovery:
-    _check(setup)
+    asked = _chosen("source", setup.sources or [], SOURCES)
+    starts = _chosen("start", setup.starts, get_args(StartMode))
+    user = _chosen("user", [setup.user], get_args(UserKind))[0]
     llm = OpenAIModelConfig(base_url=setup.base_url, model=setup.llm_model, api_key=setup.api_key)
-    spec = AgentSpec(policy=setup.teacher, user=setup.user, llm=llm)  # type: ignore[arg-type]
-    proposer = _proposer(llm, required=bool(setup.sources and "llm" in setup.sources))
-    sources = setup.sources or [s for s in SOURCES if s != "llm" or proposer is not None]
+    spec = AgentSpec(policy=setup.teacher, user=user, llm=llm)
+    proposer = _proposer(llm, required="llm" in asked)
+    sources = asked or [s for s in SOURCES if s != "llm" or proposer is not None]
     config = RecoverConfig(
-        sources=sources,  # type: ignore[arg-type]
-        starts=setup.starts,  # type: ignore[arg-type]
+        sources=sources,
+        starts=starts,
         llm_rounds=setup.rounds,
         intervene=setup.intervene,
         max_steps=setup.max_steps,
@@ -60,13 +64,13 @@ def _proposer(llm: OpenAIModelConfig, required: bool) -> LLMGuidanceProposer | N
         return None
 
 
-def _check(setup: RecoverSetup) -> None:
-    _choices("source", setup.sources or [], SOURCES)
-    _choices("start", setup.starts, get_args(StartMode))
-    _choices("user", [setup.user], ("scripted", "llm"))
-
-
-def _choices(name: str, values: list[str], allowed: tuple[str, ...]) -> None:
+def _chosen(name: str, values: list[str], allowed: tuple[T, ...]) -> list[T]:
+    """`values` as members of `allowed`; a `UserError` naming the option for any other."""
+    chosen: list[T] = []
     for value in values:
-        if value not in allowed:
-            raise UserError(f"--{name} must be one of {', '.join(allowed)}, got '{value}'")
+        member = next((a for a in allowed if a == value), None)
+        if member is None:
+            known = ", ".join(map(str, allowed))
+            raise UserError(f"--{name} must be one of {known}, got '{value}'")
+        chosen.append(member)
+    return chosen

@@ -16,8 +16,8 @@ import orjson
 from pydantic import BaseModel, Field
 
 from trajforge.diagnose.model import Diagnosis
+from trajforge.diagnose.transcript import transcript
 from trajforge.envs.base import Environment, Oracle
-from trajforge.generate.views import transcript
 from trajforge.models.base import ChatModel
 from trajforge.schema import Message, Outcome, ToolCall, Trajectory
 
@@ -62,9 +62,7 @@ def oracle_plan(env: Environment, max_steps: int = 30) -> list[str] | None:
         return None
     plan: list[str] = []
     said: list[Message] = []
-    bind = getattr(env, "bind_conversation", None)
-    if callable(bind):
-        bind(said)
+    env.bind_conversation(said)
     for _ in range(max_steps):
         if env.distance() in (0, None):
             break

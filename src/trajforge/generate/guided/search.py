@@ -16,9 +16,9 @@ unguided.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, get_args, runtime_checkable
 
 from pydantic import BaseModel, Field
 
@@ -44,6 +44,7 @@ from trajforge.rollout.fork import ForkOptions, fork
 from trajforge.schema import Message, Trajectory
 
 StartMode = Literal["decisive", "start"]
+PrivilegedForm = Literal["hint", "plan"]
 HARNESS = "trajforge-recover"
 
 
@@ -54,15 +55,15 @@ class RecoverConfig(BaseModel):
         default_factory=lambda: list(SOURCES), description="Guidance sources, in this order."
     )
     starts: list[StartMode] = Field(
-        default_factory=lambda: ["decisive", "start"],
+        default_factory=lambda: list(get_args(StartMode)),
         description="Where the teacher starts: the decisive message, or the task's start.",
     )
     llm_rounds: int = Field(default=3, ge=1, description="Rounds of LLM guidance (K).")
     intervene: bool = Field(default=True, description="Also run intervene-and-replay.")
     max_steps: int = Field(default=40, ge=1, description="Teacher steps per attempt.")
     plan_steps: int = Field(default=30, ge=1, description="Longest privileged plan.")
-    privileged_forms: list[Literal["hint", "plan"]] = Field(
-        default_factory=lambda: ["hint", "plan"],
+    privileged_forms: list[PrivilegedForm] = Field(
+        default_factory=lambda: list(get_args(PrivilegedForm)),
         description="Privileged guidance tried, in order: the environment's hidden-state "
         "hint, the oracle's plan.",
     )
@@ -192,7 +193,7 @@ class GuidedRecovery:
         return self.recover_many([(failed, diagnosis)])[0]
 
     def recover_many(
-        self, runs: list[tuple[Trajectory, Diagnosis | None]]
+        self, runs: Sequence[tuple[Trajectory, Diagnosis | None]]
     ) -> list[tuple[RecoveryResult, Trajectory | None]]:
         """Search all runs stage by stage (source, start, form or round), so that each stage
         is one batch of teacher jobs; a run leaves the search at its first clean success."""

@@ -43,8 +43,8 @@ def demo_step(ctx: Any) -> None:
         ctx.results[f"rollout:{env}"] = summary
     runs = {}
     for condition in (BASELINE, *CONDITIONS):
-        faults = [] if condition == BASELINE else [condition]
-        runs[condition] = run_batch(_config("household", "6", faults, n=2), ctx.store, run_local)[1]
+        kinds = [] if condition == BASELINE else [condition]
+        runs[condition] = run_batch(_config("household", "6", kinds, n=2), ctx.store, run_local)[1]
     reports = robustness_report(runs)
     ctx.console.print(robustness_table(reports))
     ctx.results["robustness"] = reports

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from statistics import median
+from statistics import median, quantiles
 from typing import Any
 
-from trajforge.store import Store, TrajectoryFilter, TrajectoryRow
+from trajforge.store.filters import TrajectoryFilter
+from trajforge.store.sqlite import Store, TrajectoryRow
 
 
 def _group(rows: list[TrajectoryRow], key: str) -> list[dict[str, Any]]:
@@ -39,7 +40,7 @@ def distribution(values: list[int]) -> dict[str, float] | None:
         "count": len(ordered),
         "min": ordered[0],
         "median": median(ordered),
-        "p90": ordered[min(len(ordered) - 1, int(0.9 * len(ordered)))],
+        "p90": quantiles(ordered, n=10, method="inclusive")[-1] if len(ordered) > 1 else ordered[0],
         "max": ordered[-1],
         "mean": round(sum(ordered) / len(ordered), 2),
     }

@@ -1,6 +1,6 @@
 """Training consistency check: recompute recorded logprobs with the tiny model, compare.
 
-    python -m trajforge.models.tiny_check --db trajforge.db [--seed 0] [--min-pearson 0.999]
+    python -m trajforge.export.tiny_check --db trajforge.db [--seed 0] [--min-pearson 0.999]
 
 Runs in its own process, as a trainer would: rebuilds the tiny model from its seed, turns the
 recorded proxy sessions into token-level RL samples (`trajforge.export.rl`), scores every

@@ -64,7 +64,7 @@ def import_sample(ctx: DemoContext) -> None:
 def show_stats(ctx: DemoContext) -> None:
     """The stats report: counts and success rates by source, model, environment."""
     from trajforge.cli.report import print_stats
-    from trajforge.stats import compute_stats
+    from trajforge.store.stats import compute_stats
 
     report = compute_stats(ctx.store)
     print_stats(report, ctx.console)
@@ -74,10 +74,10 @@ def show_stats(ctx: DemoContext) -> None:
 STEPS: list[tuple[str, DemoStep | str]] = [
     ("Import the bundled real trajectories", import_sample),
     ("Stats report", show_stats),
-    ("Error-to-training: diagnose failures, write views", "trajforge.diagnose.demo:demo_step"),
-    ("Rollouts with unreliable tools, and robustness", "trajforge.rollout.demo:demo_step"),
-    ("Replay stored runs, fork a failed tau run, hand off", "trajforge.envs.tau.demo:demo_step"),
-    ("Early failure detection: train a monitor, score a run", "trajforge.monitor.demo:demo_step"),
+    ("Error-to-training: diagnose failures, write views", "trajforge.demo.diagnose:demo_step"),
+    ("Rollouts with unreliable tools, and robustness", "trajforge.demo.rollout:demo_step"),
+    ("Replay stored runs, fork a failed tau run, hand off", "trajforge.demo.tau:demo_step"),
+    ("Early failure detection: train a monitor, score a run", "trajforge.demo.monitor:demo_step"),
 ]
 
 _STEP_PATHS: Registry[DemoStep] = Registry("demo step")
@@ -120,7 +120,3 @@ def main(argv: list[str] | None = None) -> None:
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(1)
-
-
-if __name__ == "__main__":
-    main()

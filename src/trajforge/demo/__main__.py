@@ -1,0 +1,5 @@
+"""`python -m trajforge.demo [OUT_DIR]`."""
+
+from trajforge.demo import main
+
+main()

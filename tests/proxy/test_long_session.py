@@ -1,0 +1,98 @@
+"""A long recorded session: the bytes written per call stay flat from the first call to the last.
+
+Each call of an agent sends the whole history again (and its prompt token ids grow with it);
+the store keeps only what is new per call, in the call's row and in the session's document.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from trajforge.proxy.record import CapturedCall
+from trajforge.proxy.recorder import Recorder
+from trajforge.proxy.session import trajectory_id
+from trajforge.schema import Outcome, Trajectory
+from trajforge.store import Store
+
+CALLS = 2000
+
+
+def _calls(session: str):
+    """A sequential agent session: each prompt is the last prompt, its answer and a new turn."""
+    messages = [{"role": "system", "content": "solve it"}, {"role": "user", "content": "task"}]
+    prompt_ids = list(range(100))
+    for n in range(CALLS):
+        answer = {"role": "assistant", "content": f"step {n}: run ls"}
+        completion = [n]
+        yield CapturedCall(
+            session=session,
+            endpoint="chat/completions",
+            request={"model": "m", "messages": list(messages)},
+            response={"id": f"r{n}", "model": "m", "choices": [{"message": answer}]},
+            status=200,
+            started_at=float(n),
+            latency_s=0.01,
+            prompt_token_ids=list(prompt_ids),
+            completion_token_ids=completion,
+            logprobs=[-0.5],
+        )
+        messages += [answer, {"role": "user", "content": f"output of step {n}"}]
+        prompt_ids += [*completion, 7]
+
+
+def _row_bytes(store: Store, session: str) -> list[int]:
+    docs = store.db.execute(
+        "SELECT length(doc) FROM proxy_calls WHERE session = ? ORDER BY seq", (session,)
+    )
+    return [size for (size,) in docs]
+
+
+@pytest.fixture
+def recorded(tmp_path: Path):
+    """Record the session; note the stored document's size at 200 and at 2,000 calls."""
+    sizes: dict[int, int] = {}
+    with Store(tmp_path / "long.db") as store:
+        recorder = Recorder(store)
+        for n, call in enumerate(_calls("long"), start=1):
+            recorder.submit(call).result()
+            if n in (200, CALLS):
+                recorder.flush()
+                (size,) = store.db.execute(
+                    "SELECT length(doc) FROM trajectories WHERE id = ?", (trajectory_id("long"),)
+                ).fetchone()
+                sizes[n] = size
+        recorder.close()
+        yield store, sizes
+
+
+def test_call_rows_stay_flat(recorded) -> None:
+    store, _ = recorded
+    rows = _row_bytes(store, "long")
+    assert len(rows) == CALLS
+    early, late = rows[10:110], rows[-100:]
+    assert max(late) <= 1.2 * max(early), (max(early), max(late))
+
+
+def test_session_document_grows_by_a_constant_per_call(recorded) -> None:
+    _, sizes = recorded
+    per_call_200, per_call_2000 = sizes[200] / 200, sizes[CALLS] / CALLS
+    assert per_call_2000 <= 1.3 * per_call_200, (per_call_200, per_call_2000)
+
+
+def _check_whole(traj: Trajectory) -> None:
+    assert len(traj.llm_calls) == CALLS and len(traj.messages) == 2 * CALLS + 1
+    for index, call in enumerate(_calls("long")):
+        assert traj.llm_calls[index].prompt_token_ids == call.prompt_token_ids
+
+
+def test_the_long_session_reads_back_whole(recorded) -> None:
+    store, _ = recorded
+    _check_whole(store.get(trajectory_id("long")))
+    recorder = Recorder(store)  # a restarted proxy rebuilds the session from its rows
+    recorder.set_outcome("long", Outcome(success=True)).result()
+    recorder.close()
+    rebuilt = store.get(trajectory_id("long"))
+    assert rebuilt.outcome.success is True
+    _check_whole(rebuilt)
