@@ -28,7 +28,7 @@ def _version_5_store(path: Path, trajs: list[Trajectory]) -> None:
         migration(db)
         db.execute(f"PRAGMA user_version = {number}")
     for traj in trajs:
-        row, document = encode(traj)
+        row, document, _ = encode(traj)
         values = (*row[:16], time.time(), document, *row[16:20])
         db.execute(f"INSERT INTO trajectories VALUES ({', '.join('?' * len(values))})", values)
     db.close()

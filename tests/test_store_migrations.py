@@ -21,7 +21,7 @@ def _version_3_store(path: Path, source: Store) -> None:
         migration(db)
         db.execute(f"PRAGMA user_version = {number}")
     for traj in source.query():
-        row, document = encode(traj)
+        row, document, _ = encode(traj)
         values = (*row[:OLD_COLUMNS], time.time(), document)
         db.execute(f"INSERT INTO trajectories VALUES ({', '.join('?' * len(values))})", values)
     db.close()

@@ -217,6 +217,14 @@ def m006_episode_columns(db: sqlite3.Connection) -> None:
     )
 
 
+def m007_run_search_written_by_the_store(db: sqlite3.Connection) -> None:
+    """The store writes each run's `run_search` row itself, from the trajectory it holds
+    (`trajforge.store.search_text`); the triggers that extracted it from the stored JSON
+    parsed every document again several times over. Deletes still go through the trigger."""
+    db.execute("DROP TRIGGER run_search_insert")
+    db.execute("DROP TRIGGER run_search_update")
+
+
 MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
     m001_trajectories,
     m002_diagnoses,
@@ -224,6 +232,7 @@ MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
     m004_summary_columns_and_filter_indexes,
     m005_full_text_search,
     m006_episode_columns,
+    m007_run_search_written_by_the_store,
 ]
 
 

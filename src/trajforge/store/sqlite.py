@@ -18,6 +18,7 @@ from trajforge.schema import FORMAT_VERSION, Trajectory
 from trajforge.store.filters import TrajectoryFilter
 from trajforge.store.migrations import migrate
 from trajforge.store.opening import check_is_trajforge, check_store_path, store_error
+from trajforge.store.search_text import RunSearchText, run_search_text
 
 DEFAULT_DB = "trajforge.db"
 BULK_CHECKPOINT_PAGES = 65536
@@ -68,6 +69,8 @@ class EncodedTrajectory(NamedTuple):
     """Values of the indexed columns, in `_COLUMNS` order, without `created_at` and `doc`."""
     document: bytes = b""
     """The JSON document, `id` included."""
+    search: RunSearchText = RunSearchText("", None, None)
+    """What the full-text index holds for the run."""
 
     @property
     def id(self) -> str:
@@ -81,7 +84,7 @@ class EncodedTrajectory(NamedTuple):
 def encode(traj: Trajectory) -> EncodedTrajectory:
     """Serialize once: sets `traj.id` to its content id when empty (as `Store.add` does)."""
     traj.id, document = traj.identified_document()
-    return EncodedTrajectory(_row_values(traj), document)
+    return EncodedTrajectory(_row_values(traj), document, run_search_text(traj))
 
 
 def _row_values(traj: Trajectory) -> tuple:
@@ -123,7 +126,9 @@ def _text_or_none(value: object) -> str | None:
 
 def _checked(encoded: EncodedTrajectory) -> EncodedTrajectory:
     """Refuse an encoded trajectory whose document does not open with its row's identity."""
-    row, document = encoded
+    row, document, search = encoded
+    if not isinstance(search, RunSearchText):
+        raise ValueError("not an encoded trajectory (use trajforge.store.encode)")
     if len(row) != _N_ROW_VALUES or not isinstance(row[1], int) or not isinstance(document, bytes):
         raise ValueError("not an encoded trajectory (use trajforge.store.encode)")
     traj_id, version = row[0], row[1]
@@ -220,7 +225,10 @@ class Store:
                 f"INSERT OR IGNORE INTO trajectories ({_COLUMNS}) VALUES ({_placeholders()})",
                 (*encoded.row, time.time(), encoded.document),
             )
-        return cursor.rowcount == 1
+            added = cursor.rowcount == 1
+            if added:
+                self._index(cursor.lastrowid, encoded.search)
+        return added
 
     def add_many(self, trajs: Iterable[Trajectory]) -> tuple[int, int]:
         """Insert all in one transaction; returns (added, duplicates)."""
@@ -238,10 +246,21 @@ class Store:
         if not traj.id:
             raise ValueError("put() needs a trajectory with an id")
         with self.transaction():
-            self.db.execute(
+            old_rows = "SELECT rowid FROM trajectories WHERE id = ?"
+            self.db.execute(f"DELETE FROM run_search WHERE rowid IN ({old_rows})", (traj.id,))
+            cursor = self.db.execute(
                 f"INSERT OR REPLACE INTO trajectories ({_COLUMNS}) VALUES ({_placeholders()})",
                 (*_row_values(traj), time.time(), _to_json(traj)),
             )
+            self._index(cursor.lastrowid, run_search_text(traj))
+
+    def _index(self, rowid: int | None, search: RunSearchText) -> None:
+        """Write the run's full-text index row (same rowid as its `trajectories` row)."""
+        self.db.execute("DELETE FROM run_search WHERE rowid = ?", (rowid,))
+        self.db.execute(
+            "INSERT INTO run_search(rowid, body, labels, faults) VALUES (?, ?, ?, ?)",
+            (rowid, *search),
+        )
 
     def delete(self, traj_id: str) -> None:
         with self.transaction():
