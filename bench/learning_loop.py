@@ -1,6 +1,7 @@
 """The learning lab: what does each kind of trajforge data do to a student?
 
-    python bench/learning_loop.py [--quick] [--seeds 3] [--steps 500] [--jobs 6] [--report PARTIAL]
+    python bench/learning_loop.py [--quick] [--seeds 3] [--steps 1200] [--jobs 2] [--arms E,O]
+                                  [--resume PARTIAL] [--report PARTIAL]
                                   [--out bench/results/learning_loop.json]
 
 Students (the `tiny` preset: a ~0.7M-parameter Llama-style model trained from scratch with a
@@ -21,7 +22,10 @@ checkpoint's own list of training tasks) and on recovery from perturbed states (
 prefix of random length, then one injected wrong move). Arms are a list: `ARMS.append(Arm(...))`
 adds one (its rows function sees the lab and the seed; `needs` names arms it builds on).
 Each (arm, seed) runs in its own worker process (`--jobs` at once) on one CPU thread. The
-JSON result records the command.
+JSON result records the command. Finished (arm, seed) results are saved to
+`<out>.partial.json` as they come; `--resume` starts from such a file and runs only what is
+missing (for example arms added later), and the result then records every command that
+contributed.
 """
 
 from __future__ import annotations
@@ -70,10 +74,10 @@ class LabConfig:
     train_worlds: int = 400
     test_worlds: int = 300
     recovery_states: int = 300
-    steps: int = 500
-    batch_size: int = 8
-    lr: float = 3e-3
-    hidden: int = 64
+    steps: int = 1200
+    batch_size: int = 16
+    lr: float = 1e-3
+    hidden: int = 128
     layers: int = 4
     max_steps: int = 20
     noise: float = 0.2
@@ -232,11 +236,18 @@ def run_arm(config: LabConfig, seed: int, name: str) -> dict[str, Any]:
 
 
 def run_all(
-    config: LabConfig, seeds: list[int], names: list[str], jobs: int, partial: Path
+    config: LabConfig,
+    seeds: list[int],
+    names: list[str],
+    jobs: int,
+    partial: Path,
+    done: dict[int, dict[str, Any]],
+    commands: list[str],
 ) -> dict:
-    """Every (arm, seed) in a process pool; an arm starts once the arms it needs are done."""
-    results: dict[int, dict[str, Any]] = {seed: {} for seed in seeds}
-    pending = [(seed, name) for seed in seeds for name in names]
+    """Every (arm, seed) not in `done`, in a process pool; an arm starts once the arms it
+    needs are done."""
+    results: dict[int, dict[str, Any]] = {seed: dict(done.get(seed, {})) for seed in seeds}
+    pending = [(seed, name) for seed in seeds for name in names if name not in results[seed]]
     needs = {arm.name: arm.needs for arm in ARMS}
     running: dict[Any, tuple[int, str]] = {}
     with ProcessPoolExecutor(max_workers=max(1, jobs)) as pool:
@@ -249,7 +260,8 @@ def run_all(
             for future in finished:
                 seed, name = running.pop(future)
                 results[seed][name] = future.result()
-                partial.write_bytes(orjson.dumps(results, option=orjson.OPT_NON_STR_KEYS))
+                saved = {"commands": commands, **results}
+                partial.write_bytes(orjson.dumps(saved, option=orjson.OPT_NON_STR_KEYS))
     return results
 
 
@@ -335,11 +347,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="A smoke run (minutes).")
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=None)
-    parser.add_argument("--jobs", type=int, default=6, help="Arms trained in parallel.")
+    parser.add_argument("--hidden", type=int, default=None, help="Student width.")
+    parser.add_argument("--batch-size", type=int, default=None)
+    parser.add_argument("--jobs", type=int, default=2, help="Arms trained in parallel.")
     parser.add_argument("--arms", default=",".join(a.name for a in ARMS))
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument(
         "--report", type=Path, help="Only summarize a .partial.json of an unfinished run."
+    )
+    parser.add_argument(
+        "--resume", type=Path, help="Keep the (arm, seed) results of a .partial.json."
     )
     args = parser.parse_args(argv)
     config = LabConfig()
@@ -351,22 +368,25 @@ def main(argv: list[str] | None = None) -> int:
             steps=30,
             work="/tmp/learning_loop_quick",
         )
-    if args.steps:
-        config.steps = args.steps
+    for field in ("steps", "hidden", "batch_size"):
+        if getattr(args, field):
+            setattr(config, field, getattr(args, field))
     names = [n for n in args.arms.split(",") if n]
     started = time.time()
     seeds = list(range(args.seeds))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     partial = args.out.with_suffix(".partial.json")
-    if args.report:
-        loaded = orjson.loads(args.report.read_bytes())
-        per_seed = {int(seed): runs for seed, runs in loaded.items()}
-    else:
-        per_seed = run_all(config, seeds, names, args.jobs, partial)
     command = "python bench/learning_loop.py " + " ".join(
         argv if argv is not None else sys.argv[1:]
     )
-    result = report(per_seed, names, config, command, time.time() - started)
+    earlier = _load_partial(args.report or args.resume)
+    commands = [*earlier.pop("commands", []), command]
+    names += [n for runs in earlier.values() for n in runs if n not in names]
+    if args.report:
+        per_seed = earlier
+    else:
+        per_seed = run_all(config, seeds, names, args.jobs, partial, earlier, commands)
+    result = report(per_seed, names, config, commands, time.time() - started)
     args.out.write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2))
     if not args.report:
         partial.unlink(missing_ok=True)
@@ -378,12 +398,22 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def report(per_seed, names: list[str], config: LabConfig, command: str, wall: float) -> dict:
+def _load_partial(path: Path | None) -> dict:
+    """Results per seed (and the commands that made them) from a .partial.json."""
+    if path is None:
+        return {}
+    loaded = orjson.loads(path.read_bytes())
+    commands = loaded.pop("commands", [])
+    return {"commands": commands, **{int(seed): runs for seed, runs in loaded.items()}}
+
+
+def report(per_seed, names: list[str], config: LabConfig, commands: list[str], wall: float) -> dict:
     """The JSON result; `complete` is false when some (arm, seed) has no result."""
     arms = summarize(per_seed, names)
     done = [r for runs in per_seed.values() for r in runs.values()]
     return {
-        "command": command,
+        "command": commands[-1],
+        "commands": commands,
         "complete": all(name in runs for runs in per_seed.values() for name in names),
         "arms": arms,
         "test_worlds": len(done[0]["success"]) if done else 0,
