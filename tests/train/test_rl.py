@@ -116,7 +116,7 @@ def test_the_loop_resumes_after_being_killed(student_dir: Path, tmp_path: Path) 
             "--max-steps", "4", "--eval-every", "0", "--reward", "outcome"]  # fmt: skip
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     process = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + 900  # a guard against a hang, not a speed check
     while not (out / "iter-0001" / "metrics.json").exists():
         assert process.poll() is None, process.stderr.read() if process.stderr else ""
         assert time.monotonic() < deadline

@@ -29,6 +29,9 @@ def rl_command(
     ] = 5,
     eval_tasks: Annotated[int, typer.Option("--eval-tasks", min=1, help="Held-out worlds.")] = 100,
     concurrency: Annotated[int, typer.Option("--concurrency", help="Episodes at once.")] = 32,
+    early_stop_after: Annotated[
+        int, typer.Option("--early-stop-after", help="Monitor stop after N iterations (0: off).")
+    ] = 0,
     seed: Annotated[int, typer.Option("--seed", help="Task draws, sampling, updates.")] = 0,
     resume: Annotated[bool, typer.Option("--resume", help="Continue the run in --out.")] = False,
     as_json: JsonOption = False,
@@ -46,6 +49,7 @@ def rl_command(
             iterations=iterations, tasks_per_iteration=tasks, group_size=group,
             reward=reward, lr=lr, kl_coef=kl, max_steps=max_steps, eval_every=eval_every,
             eval_tasks=eval_tasks, concurrency=concurrency, seed=seed,
+            early_stop_after=early_stop_after,
         )  # fmt: skip
     rows = train_rl(base, out, config, resume=resume, report=_print_row)
     if as_json:
@@ -64,6 +68,10 @@ def _print_row(row: dict[str, Any]) -> None:
             f"{row['tokens_per_s']:.0f} tok/s",
             f"drift {row['drift_points_dropped']}",
         ]
+    if "monitor" in row:
+        parts.append(f"monitor {row['monitor']}")
+    if row.get("monitor_on"):
+        parts.append(f"stopped {row['stopped']}/{row['episodes']}")
     held = row.get("heldout")
     if held:
         parts.append(f"held-out {held['rate']:.3f} [{held['ci'][0]:.3f}, {held['ci'][1]:.3f}]")

@@ -49,5 +49,14 @@ class RLConfig(BaseModel):
         le=1,
         description="Stop when the rollout-training logprob correlation falls below this.",
     )
+    early_stop_after: int = Field(
+        default=0,
+        ge=0,
+        description="Fit the failure monitor on the rollouts of the first N iterations and stop "
+        "doomed rollouts from then on (0: off).",
+    )
+    early_stop_loss: float = Field(
+        default=0.05, description="Share of successful runs the monitor's threshold may stop."
+    )
     seed: int = Field(default=0, description="Seed of task draws, sampling and updates.")
     threads: int | None = Field(default=None, description="torch CPU threads.")

@@ -21,6 +21,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from trajforge.envs.household import HouseholdEnv, task_for
 from trajforge.errors import UserError
 from trajforge.models.openai_compat import OpenAIModelConfig
@@ -37,8 +39,9 @@ from trajforge.train.evaluate import (
 from trajforge.train.rl import checkpoints as ckpt
 from trajforge.train.rl.advantages import training_sequences
 from trajforge.train.rl.config import RLConfig
+from trajforge.train.rl.early_stop import MONITOR_FILE, stopped, train_monitor
 from trajforge.train.rl.grpo import Agreement, agreement, grpo_update
-from trajforge.train.rl.rollouts import RolloutService
+from trajforge.train.rl.rollouts import Episode, RolloutService
 
 Report = Callable[[dict[str, Any]], None]
 
@@ -105,13 +108,31 @@ class _Loop:
             self.optimizer.load_state_dict(state["optimizer"])
             self.generator.set_state(state["generator"])
         self._heldout: list[Task] | None = None
+        self.monitoring = False
 
     def run(self) -> None:
         config = self.config
         with RolloutService(self.start, self.out / "rollouts.db") as service:
             for iteration in range(self.first, config.iterations + 1):
+                self.monitor(service, iteration)
                 path = self.iteration(service, iteration)
                 service.reload(path)
+
+    def monitor(self, service: RolloutService, iteration: int) -> None:
+        """Switch the proxy's failure monitor on once `early_stop_after` iterations are done."""
+        after = self.config.early_stop_after
+        if self.monitoring or not after or iteration <= after:
+            return
+        path = self.out / MONITOR_FILE
+        if not path.is_file():
+            try:
+                info = train_monitor(self.out / "rollouts.db", path, self.config.seed)
+            except UserError as exc:  # e.g. no success yet: try again after the next iteration
+                self.report({"iteration": iteration, "monitor": f"not trained: {exc}"})
+                return
+            (self.out / "monitor.json").write_bytes(orjson.dumps({"after": iteration - 1, **info}))
+        service.use_monitor(path, self.config.early_stop_loss)
+        self.monitoring = True
 
     def iteration(self, service: RolloutService, iteration: int) -> Path:
         config = self.config
@@ -138,6 +159,7 @@ class _Loop:
             "scored_tokens": agree.tokens,
             "codec": service.codec,
             "advantage_s": round(advantage_s, 3),
+            **_compute(episodes, self.monitoring),
             **stats.as_row(),
         }
         check_agreement(agree, config.min_correlation, iteration)
@@ -191,6 +213,18 @@ class _Loop:
             max_new_tokens=config.max_new_tokens,
         )  # fmt: skip
         return rate([bool(r.outcome.success) for r in runs])
+
+
+def _compute(episodes: list[Episode], monitoring: bool) -> dict[str, Any]:
+    """Episode-steps taken, reward per episode-step, and episodes the monitor stopped."""
+    steps = sum(len(e.run.assistant_indices()) for e in episodes)
+    reward = sum(e.reward for e in episodes)
+    return {
+        "episode_steps": steps,
+        "reward_per_step": round(reward / max(1, steps), 5),
+        "monitor_on": monitoring,
+        "stopped": sum(stopped(e.recorded) for e in episodes),
+    }
 
 
 def _training_task(rng: random.Random, config: RLConfig) -> Task:

@@ -27,6 +27,7 @@ from trajforge.export.rl import rl_samples
 from trajforge.models.openai_compat import OpenAICompatibleModel, OpenAIModelConfig
 from trajforge.models.serve import BackgroundServer
 from trajforge.proxy import ProxyConfig, ProxyServer
+from trajforge.proxy.config import MonitorStopConfig
 from trajforge.proxy.session import trajectory_id
 from trajforge.rollout.episode import Limits, run_episode
 from trajforge.schema import Task, Trajectory
@@ -86,9 +87,19 @@ class RolloutService:
 
     def __enter__(self) -> RolloutService:
         self.server.start()
-        self.proxy = ProxyServer(ProxyConfig(upstream=f"{self.server.url}/v1"), self.db)
-        self.proxy.__enter__()
+        self._start_proxy(None)
         return self
+
+    def _start_proxy(self, monitor: MonitorStopConfig | None) -> None:
+        config = ProxyConfig(upstream=f"{self.server.url}/v1", monitor=monitor)
+        self.proxy = ProxyServer(config, self.db)
+        self.proxy.__enter__()
+
+    def use_monitor(self, model: Path, loss: float) -> None:
+        """Restart the proxy with the failure monitor as a stop (same store, new sessions)."""
+        assert self.proxy is not None
+        self.proxy.__exit__(None, None, None)
+        self._start_proxy(MonitorStopConfig(model=model, loss=loss))
 
     def __exit__(self, *exc: object) -> None:
         if self.proxy is not None:
