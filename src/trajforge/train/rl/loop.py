@@ -99,8 +99,8 @@ class _Loop:
         torch.manual_seed(config.seed)
         self.student = Student(start)
         self.model = self.student.model
-        self.reference = Student(base).model
-        self.base_manifest = Student(base).manifest
+        origin = Student(base)
+        self.reference, self.base_manifest = origin.model, origin.manifest
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=config.lr)
         self.generator = torch.Generator().manual_seed(config.seed)
         if done:
