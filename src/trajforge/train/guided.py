@@ -9,8 +9,9 @@ and before a demonstration is kept, so no demonstration carries it.
 
 from __future__ import annotations
 
+from trajforge.envs import make_env
 from trajforge.envs.base import Environment
-from trajforge.envs.replay import make_env, replay_calls
+from trajforge.envs.replay import replay_calls
 from trajforge.generate.guided import Job, with_guidance
 from trajforge.generate.guided.search import HARNESS
 from trajforge.schema import ForkParent, Message, Outcome, Source, Trajectory
