@@ -93,6 +93,10 @@ class SessionState:
     main: CapturedCall | None = None
     """The last call of the main conversation: the trajectory's messages come from it."""
     outcome: Outcome = field(default_factory=Outcome)
+    written_outcome: Outcome | None = None
+    """The outcome as last written to (or read from) the store; None once a newer one was
+    posted to the proxy. A stored outcome that differs was set elsewhere (`trajforge
+    outcome`) and is kept."""
     previous_messages: list[tuple] | None = None
     previous_tokens: list[int] | None = None
     monitor: dict[str, Any] | None = None
