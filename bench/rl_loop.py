@@ -2,7 +2,8 @@
 
     python bench/rl_loop.py [--quick] [--base CKPT] [--seeds 3] [--iterations 20] [--tasks 8]
                             [--group 8] [--test-worlds 300] [--eval-every 5]
-                            [--handoff-worlds 200] [--out bench/results/rl_loop.json]
+                            [--handoff-worlds 200] [--early-stop-after N] [--lr 1e-4]
+                            [--base CKPT] [--out bench/results/rl_loop.json]
 
 1. The SFT starting point: `--base` (a `train sft` checkpoint), or the learning lab's E
    student trained here (the observable teacher's successes on 400 difficulty-1 worlds;
@@ -15,8 +16,13 @@
    loop stores.
 3. Greedy held-out success (Wilson 95% intervals) every `--eval-every` iterations on
    `--test-worlds` worlds from the held-out seed range, pooled over seeds per iteration.
-4. The handoff matrix (REACH@k, SOLVE) of the SFT checkpoint and the final RL checkpoint of
-   each reward kind (seed 0), on other held-out worlds.
+4. The handoff matrix (REACH@k, SOLVE) of the SFT checkpoint and the final RL checkpoint
+   (seed 0) of the `--handoff-kinds` arms (outcome by default: the four pairings), on other
+   held-out worlds.
+5. Early stop: one more outcome arm (`--early-stop-seeds` seeds) whose proxy stops rollouts
+   the failure monitor flags once it has been fitted on the first `--early-stop-after`
+   iterations' rollouts; episode-steps and reward per episode-step against the outcome arm
+   on the same seeds and iterations (the same training tasks are drawn).
 
 The JSON result records the command, every setting and every iteration row. `--quick` is a
 smoke run (a small student, two iterations, few worlds): its numbers mean nothing.
@@ -190,6 +196,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--eval-every", type=int, default=5)
     parser.add_argument("--handoff-worlds", type=int, default=200)
     parser.add_argument("--early-stop-seeds", type=int, default=1)
+    parser.add_argument("--handoff-kinds", default="outcome", help="RL arms in the matrix")
     parser.add_argument("--early-stop-after", type=int, default=0, help="default: iterations/4")
     parser.add_argument("--work", type=Path, default=Path("/tmp/rl_loop"))
     parser.add_argument("--out", type=Path, default=RESULTS)
@@ -237,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
     stopping = run_kind(EARLY, base, args.work, args.early_stop_seeds, stop_config)["rows"]
     kinds[EARLY] = summarize(stopping, sft_success, per_iteration)
     checkpoints = {"sft": base}
-    for kind in KINDS:
+    for kind in args.handoff_kinds.split(","):
         checkpoints[f"rl-{kind}"] = args.work / f"{kind}-seed0" / f"iter-{args.iterations:04d}"
     handoff = handoff_matrix(checkpoints, args.handoff_worlds)
     target = kinds["outcome"]["success"]
