@@ -32,7 +32,8 @@ import orjson
 from shared_data import data_dir
 from trajforge.agents import ExpertPolicy
 from trajforge.agents.user_sim import ScriptedUser
-from trajforge.envs.replay import answered_calls, make_env, replay_to
+from trajforge.envs import make_env
+from trajforge.envs.replay import answered_calls, replay_to
 from trajforge.envs.tau.db import DOMAIN_TABLES, TauDB, base_tables
 from trajforge.envs.tau.tooling import run_tool
 from trajforge.importers.tau_bench import TauBenchImporter

@@ -31,7 +31,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from trajforge.agents import ExpertPolicy
-from trajforge.envs import ENVIRONMENTS
+from trajforge.envs import ENVIRONMENTS, make_env
 from trajforge.rollout import Limits, run_episode
 from trajforge.rollout.backends.local import run_local
 from trajforge.rollout.factory import PolicyOptions
@@ -92,7 +92,7 @@ def time_episodes(env, plans) -> float:
 
 
 def env_rates(name: str, repeat: int) -> dict[str, float] | None:
-    env = ENVIRONMENTS.get(name)()
+    env = make_env(name)
     try:
         tasks = select_tasks(env, str(TASKS_PER_ENV.get(name, 10)))
     except Exception as exc:  # an environment that cannot run here is reported, not fatal
@@ -115,7 +115,7 @@ def env_rates(name: str, repeat: int) -> dict[str, float] | None:
 
 def household_batch(episodes: int) -> list:
     """Cheap episodes (milliseconds): the worst case for any backend's per-episode cost."""
-    env = ENVIRONMENTS.get("household")()
+    env = make_env("household")
     config = RolloutConfig(
         env="household",
         tasks=env.tasks(episodes),
@@ -128,7 +128,7 @@ def household_batch(episodes: int) -> list:
 
 def swe_batch(episodes: int) -> list:
     """Sandbox-bound episodes (about a second each), closer to real agent runs."""
-    tasks = ENVIRONMENTS.get("swe")().tasks(episodes)
+    tasks = make_env("swe").tasks(episodes)
     return RolloutConfig(env="swe", tasks=tasks, policy="expert").specs()
 
 

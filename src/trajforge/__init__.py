@@ -5,7 +5,7 @@ This module is the public Python API (the README's "Python" section shows it at 
 - the trajectory schema: `Trajectory`, `Message`, `ToolCall`, `Task`, `Outcome`, ...;
 - the store: `Store`, `TrajectoryFilter`; importing: `import_paths`, `IMPORTERS`;
 - environments: `Environment`, `ENVIRONMENTS`, `make_env`; policies: `Policy`, `POLICIES`,
-  `make_policy`, `PolicyOptions`;
+  `AgentSpec`, `PolicyOptions` and `build` (a spec to its policy and user simulator);
 - forks and rollouts: `fork`, `ForkOptions`, `RolloutConfig`, `run_batch`, `run_local`,
   `Limits`, `robustness_report`;
 - diagnosis: `diagnose_run`, `diagnose_store`, `make_localizer`, `LOCALIZERS`, `Diagnosis`;
@@ -57,14 +57,14 @@ if TYPE_CHECKING:
     from trajforge.agents import POLICIES, Policy
     from trajforge.diagnose import LOCALIZERS, Diagnosis, diagnose_run, diagnose_store
     from trajforge.diagnose.run import make_localizer
-    from trajforge.envs import ENVIRONMENTS, Environment
+    from trajforge.envs import ENVIRONMENTS, Environment, make_env
     from trajforge.evaluate import robustness_report
     from trajforge.export import EXPORTERS
     from trajforge.importers import IMPORTERS, ImportReport, import_paths
     from trajforge.monitor import DETECTORS, SessionMonitor, StopHook, load_detector, save_detector
     from trajforge.rollout.backends.local import run_local
     from trajforge.rollout.episode import Limits
-    from trajforge.rollout.factory import PolicyOptions, make_env, make_policy
+    from trajforge.rollout.factory import AgentSpec, PolicyOptions, build
     from trajforge.rollout.fork import ForkOptions, fork
     from trajforge.rollout.runner import BatchSummary, RolloutConfig, run_batch
     from trajforge.store import Store, TrajectoryFilter
@@ -73,9 +73,9 @@ if TYPE_CHECKING:
 _LAZY = {
     "trajforge.store": ("Store", "TrajectoryFilter"),
     "trajforge.importers": ("IMPORTERS", "ImportReport", "import_paths"),
-    "trajforge.envs": ("ENVIRONMENTS", "Environment"),
+    "trajforge.envs": ("ENVIRONMENTS", "Environment", "make_env"),
     "trajforge.agents": ("POLICIES", "Policy"),
-    "trajforge.rollout.factory": ("PolicyOptions", "make_env", "make_policy"),
+    "trajforge.rollout.factory": ("AgentSpec", "PolicyOptions", "build"),
     "trajforge.rollout.episode": ("Limits",),
     "trajforge.rollout.fork": ("ForkOptions", "fork"),
     "trajforge.rollout.runner": ("BatchSummary", "RolloutConfig", "run_batch"),
@@ -102,6 +102,7 @@ __all__ = [
     "IMPORTERS",
     "LOCALIZERS",
     "POLICIES",
+    "AgentSpec",
     "BatchSummary",
     "Diagnosis",
     "Environment",
@@ -126,6 +127,7 @@ __all__ = [
     "TrajectoryFilter",
     "Usage",
     "__version__",
+    "build",
     "diagnose_run",
     "diagnose_store",
     "fork",
@@ -133,7 +135,6 @@ __all__ = [
     "load_detector",
     "make_env",
     "make_localizer",
-    "make_policy",
     "robustness_report",
     "run_batch",
     "run_local",

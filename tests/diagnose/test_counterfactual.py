@@ -10,7 +10,7 @@ from trajforge.diagnose.forking import verify_by_fork
 from trajforge.diagnose.model import Correction
 from trajforge.diagnose.run import diagnose_run, diagnose_runs
 from trajforge.diagnose.synthetic import SyntheticConfig, synthetic_failures
-from trajforge.envs.replay import make_env
+from trajforge.envs import make_env
 from trajforge.errors import UserError
 from trajforge.schema import ToolCall, Trajectory
 

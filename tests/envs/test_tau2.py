@@ -5,8 +5,8 @@ from __future__ import annotations
 from trajforge.agents.expert import ExpertPolicy
 from trajforge.agents.user_sim import ScriptedUser
 from trajforge.diagnose.counterfactual import CounterfactualLocalizer
-from trajforge.envs import ENVIRONMENTS
-from trajforge.envs.replay import make_env, replay_many, replay_run, replay_to
+from trajforge.envs import ENVIRONMENTS, make_env
+from trajforge.envs.replay import replay_many, replay_run, replay_to
 from trajforge.envs.tau2 import Tau2AirlineEnv, Tau2Env, Tau2RetailEnv
 from trajforge.rollout.episode import run_episode, start_trajectory
 from trajforge.rollout.fork import fork

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from trajforge.envs import ENVIRONMENTS
-from trajforge.envs.replay import make_env, replay_many, replay_run, replay_to
+from trajforge.envs import ENVIRONMENTS, make_env
+from trajforge.envs.replay import replay_many, replay_run, replay_to
 from trajforge.envs.tau import TauAirlineEnv, TauEnvConfig, TauRetailEnv
 from trajforge.envs.tau.db import TauDB
 from trajforge.errors import UserError

@@ -12,14 +12,15 @@ from trajforge.agents import ExpertPolicy, LLMPolicy
 from trajforge.agents.base import EpisodeState, PolicyStep
 from trajforge.agents.user_sim import ScriptedUser
 from trajforge.cli.main import app
-from trajforge.envs.replay import make_env, replay_to
+from trajforge.envs import make_env
+from trajforge.envs.replay import replay_to
 from trajforge.envs.tau import TauRetailEnv, bundled_tasks
 from trajforge.importers.tau_bench import TauBenchImporter
 from trajforge.models.scripted import ScriptedModel
 from trajforge.rollout.episode import run_episode
+from trajforge.rollout.factory import AgentSpec, ForkPoint, PolicyOptions, build
 from trajforge.rollout.fork import fork
 from trajforge.rollout.handoff import start_conversation
-from trajforge.rollout.policy_factory import AgentSpec, build_agents
 from trajforge.schema import Message, Source, ToolCall, Trajectory
 from trajforge.store import Store
 
@@ -86,7 +87,7 @@ def test_expert_fork_of_failed_runs(retail_runs: list[Trajectory]) -> None:
 def test_replay_fork_reproduces_the_parent(retail_runs: list[Trajectory]) -> None:
     for parent in retail_runs[:8]:
         at = len(parent.messages) // 2
-        policy, user = build_agents(AgentSpec(policy="replay"), parent=parent, at=at)
+        policy, user = build("replay", parent=ForkPoint(parent, at))
         child = fork(parent, at, policy, user=user)
         assert [m.text() for m in child.messages] == [m.text() for m in parent.messages]
         assert child.outcome.reward == parent.outcome.reward
@@ -124,8 +125,8 @@ def test_llm_policy_fork_through_the_mock_openai_server(retail_runs: list[Trajec
         for a in parent.task.gold["actions"]
     ] + ["Everything is done. " + ", ".join(parent.task.gold["outputs"])]
     with MockOpenAIServer(script=script) as server:
-        spec = AgentSpec(policy="llm", llm={"base_url": server.base_url, "model": "mock"})
-        policy, user = build_agents(spec)
+        options = PolicyOptions(base_url=server.base_url, model="mock")
+        policy, user = build(AgentSpec(policy="llm", options=options))
         child = fork(parent, 2, policy, user=user)
         assert len(server.requests) == len(script)
         assert server.requests[0]["tools"]  # the tau tool schemas were offered

@@ -10,19 +10,21 @@ from typer.testing import CliRunner
 from trajforge.agents import ExpertPolicy
 from trajforge.agents.user_sim import ScriptedUser
 from trajforge.cli.main import app
-from trajforge.envs.replay import make_env, replay_to
+from trajforge.envs import make_env
+from trajforge.envs.replay import replay_to
 from trajforge.envs.tau import bundled_tasks
+from trajforge.rollout.factory import AgentSpec, PolicyOptions
 from trajforge.rollout.handoff import (
     HandoffConfig,
+    agent_factory,
     evaluate_handoff,
     run_handoff,
     run_matrix,
 )
-from trajforge.rollout.policy_factory import AgentSpec, build_agents
 
 
 def _agents(policy: str, **options):
-    return lambda index: build_agents(AgentSpec(policy=policy, seed=index, **options))
+    return agent_factory(AgentSpec(policy=policy, options=PolicyOptions(**options)))
 
 
 @pytest.mark.parametrize("env_name", ["tau-retail", "tau-airline"])
@@ -73,7 +75,10 @@ def test_fixed_step_handoff() -> None:
 
 
 def test_matrix_over_several_reachers_and_solvers() -> None:
-    specs = {name: AgentSpec(policy=name, error_rate=0.6) for name in ("expert", "noisy-expert")}
+    specs = {
+        name: AgentSpec(policy=name, options=PolicyOptions(error_rate=0.6))
+        for name in ("expert", "noisy-expert")
+    }
     matrix = run_matrix(
         "tau-airline",
         ["expert", "noisy-expert"],

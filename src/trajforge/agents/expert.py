@@ -9,6 +9,7 @@ import orjson
 from pydantic import BaseModel, Field
 
 from trajforge.agents.base import EpisodeState, PolicyStep
+from trajforge.agents.spec import ForkPoint, PolicyOptions
 from trajforge.envs.base import Oracle
 from trajforge.errors import UserError
 from trajforge.schema import Label, Message, ToolCall
@@ -64,6 +65,13 @@ class NoisyExpertPolicy:
     def __init__(self, config: NoisyExpertConfig | None = None, **overrides: Any) -> None:
         self.config = (config or NoisyExpertConfig()).model_copy(update=overrides)
         self.rng = random.Random(self.config.seed)
+
+    @classmethod
+    def from_spec(
+        cls, options: PolicyOptions, seed: int, parent: ForkPoint | None
+    ) -> NoisyExpertPolicy:
+        """Mistakes at the options' error rate, drawn from the episode seed."""
+        return cls(seed=seed, error_rate=options.error_rate)
 
     def act(self, state: EpisodeState) -> PolicyStep:
         oracle = _oracle(state)

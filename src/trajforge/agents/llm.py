@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from trajforge.agents.base import EpisodeState, PolicyStep
+from trajforge.agents.spec import ForkPoint, PolicyOptions
 from trajforge.models.base import ChatModel
+from trajforge.models.openai_compat import OpenAICompatibleModel
 
 
 class LLMPolicy:
@@ -12,6 +14,11 @@ class LLMPolicy:
     def __init__(self, model: ChatModel) -> None:
         self.model = model
         self.name = f"llm:{model.name}"
+
+    @classmethod
+    def from_spec(cls, options: PolicyOptions, seed: int, parent: ForkPoint | None) -> LLMPolicy:
+        """The model behind the options' OpenAI-compatible endpoint."""
+        return cls(OpenAICompatibleModel(options.endpoint()))
 
     def act(self, state: EpisodeState) -> PolicyStep:
         reply = self.model.complete(state.messages, state.tools or None)

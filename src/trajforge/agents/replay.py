@@ -9,8 +9,9 @@ remainder reproduces the parent: a check of fork fidelity.
 from __future__ import annotations
 
 from trajforge.agents.base import EpisodeState, PolicyStep
+from trajforge.agents.spec import ForkPoint, PolicyOptions
 from trajforge.envs.base import USER_STOP
-from trajforge.errors import EpisodeEnd
+from trajforge.errors import EpisodeEnd, UserError
 from trajforge.schema import Message, Trajectory
 
 
@@ -38,6 +39,19 @@ class ReplayPolicy:
 
     def __init__(self, parent: Trajectory, at: int, script: ParentScript | None = None) -> None:
         self.script = script or ParentScript(parent, at)
+
+    @classmethod
+    def from_spec(cls, options: PolicyOptions, seed: int, parent: ForkPoint | None) -> ReplayPolicy:
+        """The parent's remaining turns; a run without a parent has none to replay."""
+        if parent is None:
+            raise UserError(
+                "the replay policy continues a stored run: use it with fork, not rollout or handoff"
+            )
+        return cls(parent.run, parent.at)
+
+    def user(self) -> ReplayUser:
+        """The parent's user, reading the same script."""
+        return ReplayUser(self.script)
 
     def act(self, state: EpisodeState) -> PolicyStep:
         message = self.script.next("assistant")

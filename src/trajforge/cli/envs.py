@@ -28,11 +28,10 @@ from trajforge.cli.common import (
 )
 from trajforge.envs.replay import ReplaySummary, replay_many, state_at
 from trajforge.errors import UserError
-from trajforge.models.openai_compat import OpenAIModelConfig
 from trajforge.rollout.episode import Limits
+from trajforge.rollout.factory import AgentSpec, ForkPoint, PolicyOptions, UserKind, build
 from trajforge.rollout.fork import ForkOptions, check_fork_index, fork, fork_summary
 from trajforge.rollout.handoff import HandoffConfig, HandoffMatrix, run_matrix
-from trajforge.rollout.policy_factory import AgentSpec, UserKind, build_agents
 from trajforge.schema import Trajectory
 
 PolicyArg = Annotated[
@@ -146,13 +145,11 @@ def fork_command(
     json_out: JsonOption = False,
 ) -> None:
     """Fork a stored run at message N and continue it with a policy; stores the child."""
-    spec = _spec(policy, seed, error_rate, user, base_url, llm_model, api_key)
+    spec = _spec(policy, error_rate, user, base_url, llm_model, api_key)
     with open_store(db) as store:
         parent = store.get(traj_id)
         check_fork_index(parent, at)
-        policy_obj, user_sim = build_agents(spec, parent=parent, at=at)
-        # the default scripted user is fork's choice (only conversational environments need one)
-        chosen_user = user_sim if user == "llm" or spec.policy == "replay" else None
+        policy_obj, chosen_user = build(spec, seed, ForkPoint(parent, at))
         options = ForkOptions(limits=Limits(max_steps=max_steps))
         child = fork(parent, at, policy_obj, user=chosen_user, options=options)
         with store.transaction():
@@ -171,7 +168,6 @@ def fork_command(
 
 def _spec(
     policy: str,
-    seed: int,
     error_rate: float,
     user: str,
     base_url: str | None,
@@ -181,8 +177,10 @@ def _spec(
     kind = next((k for k in get_args(UserKind) if k == user), None)
     if kind is None:
         raise UserError(f"--user must be 'scripted' or 'llm', got '{user}'")
-    llm = OpenAIModelConfig(base_url=base_url, model=llm_model, api_key=api_key)
-    return AgentSpec(policy=policy, seed=seed, error_rate=error_rate, user=kind, llm=llm)
+    options = PolicyOptions(
+        error_rate=error_rate, base_url=base_url, model=llm_model, api_key=api_key
+    )
+    return AgentSpec(policy=policy, options=options, user=kind)
 
 
 def handoff_command(
@@ -211,12 +209,12 @@ def handoff_command(
 ) -> None:
     """REACH / SOLVE / end-to-end of reacher → solver handoffs over an environment's tasks."""
     specs = {
-        name: _spec(name, seed, error_rate, user, base_url, llm_model, api_key)
+        name: _spec(name, error_rate, user, base_url, llm_model, api_key)
         for name in [*reacher, *solver]
     }
     config = HandoffConfig(k=k, at=at, limits=Limits(max_steps=max_steps))
     runs: list[Trajectory] | None = [] if save else None
-    matrix = run_matrix(env, reacher, solver, specs, config, tasks, collect=runs)
+    matrix = run_matrix(env, reacher, solver, specs, config, tasks, collect=runs, seed=seed)
     if runs:
         with open_store(db, must_exist=False) as store, store.transaction():
             store.add_many(runs)

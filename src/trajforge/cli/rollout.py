@@ -26,7 +26,7 @@ from trajforge.evaluate.robustness import BASELINE, ConditionReport, KindReport,
 from trajforge.generate.rft import RFTConfig, select, totals, write_sft
 from trajforge.rollout.backends import BACKENDS
 from trajforge.rollout.episode import Limits
-from trajforge.rollout.factory import PolicyOptions, make_env, make_policy
+from trajforge.rollout.factory import AgentSpec, PolicyOptions, build, make_env
 from trajforge.rollout.runner import (
     BatchSummary,
     FinishedEpisode,
@@ -120,7 +120,7 @@ def build_config(
 ) -> RolloutConfig:
     """Validate the options (faults first: they fail fastest) and select the tasks."""
     spec = parse_fault_spec(faults or [])
-    make_policy(policy, options, seed)  # unknown names and missing endpoints fail here, once
+    build(AgentSpec(policy=policy, options=options), seed)  # unknown names etc. fail here, once
     environment = make_env(env)
     check_tools(spec, environment)
     selected = select_tasks(environment, tasks)

@@ -5,11 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from trajforge.cli.rollout import print_summary, robustness_table
+from trajforge.envs import make_env
 from trajforge.errors import UserError
 from trajforge.evaluate.robustness import BASELINE, robustness_report
 from trajforge.rollout.backends.local import run_local
 from trajforge.rollout.episode import Limits
-from trajforge.rollout.factory import make_env
 from trajforge.rollout.runner import RolloutConfig, run_batch
 from trajforge.rollout.tasks import select_tasks
 

@@ -8,9 +8,9 @@ from trajforge.agents import ExpertPolicy
 from trajforge.agents.user_sim import ScriptedUser
 from trajforge.cli.envs import print_matrix, print_replay
 from trajforge.envs.replay import replay_many, replayable
+from trajforge.rollout.factory import AgentSpec, PolicyOptions
 from trajforge.rollout.fork import fork
 from trajforge.rollout.handoff import HandoffConfig, run_matrix
-from trajforge.rollout.policy_factory import AgentSpec
 
 HANDOFF_TASKS = 20
 
@@ -37,7 +37,7 @@ def demo_step(ctx: Any) -> None:
         ctx.results["tau_fork"] = child.id
     specs = {
         "expert": AgentSpec(policy="expert"),
-        "noisy-expert": AgentSpec(policy="noisy-expert", error_rate=0.3),
+        "noisy-expert": AgentSpec(policy="noisy-expert", options=PolicyOptions(error_rate=0.3)),
     }
     matrix = run_matrix(
         "tau-retail", list(specs), ["expert"], specs, HandoffConfig(k=1), HANDOFF_TASKS

@@ -26,8 +26,9 @@ from trajforge.diagnose.heuristics.gold import (
 )
 from trajforge.diagnose.model import Correction, Diagnosis, Evidence
 from trajforge.diagnose.taxonomy import Category
+from trajforge.envs import make_env
 from trajforge.envs.base import Environment, Oracle
-from trajforge.envs.replay import make_env, replay_to
+from trajforge.envs.replay import replay_to
 from trajforge.errors import UserError
 from trajforge.rollout.episode import Limits
 from trajforge.rollout.fork import ForkOptions, fork

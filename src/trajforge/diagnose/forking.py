@@ -24,7 +24,7 @@ def tool_schemas(traj: Trajectory) -> list[dict[str, Any]]:
     """The tool schemas offered in the run (recorded, else the environment's)."""
     if traj.tools:
         return traj.tools
-    from trajforge.envs.replay import make_env
+    from trajforge.envs import make_env
 
     try:
         return make_env(traj).tools

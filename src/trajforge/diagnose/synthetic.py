@@ -20,7 +20,7 @@ from trajforge.agents.expert import NoisyExpertPolicy
 from trajforge.agents.user_sim import ScriptedUser
 from trajforge.diagnose.counterfactual import EXTRA_STEPS, CounterfactualLocalizer
 from trajforge.diagnose.datasets import SYNTHETIC_MODEL
-from trajforge.envs import ENVIRONMENTS
+from trajforge.envs import make_env
 from trajforge.envs.base import Oracle, TaskSet
 from trajforge.envs.tau.env import TauEnv
 from trajforge.envs.tau.tasks import TauTaskSet
@@ -48,7 +48,7 @@ class SyntheticConfig(BaseModel):
 def _tasks(environment: str, count: int, seed: int) -> list[Task]:
     if environment.startswith("tau-"):
         return TauTaskSet(environment).tasks()
-    env = ENVIRONMENTS.get(environment)()
+    env = make_env(environment)
     if not isinstance(env, TaskSet):
         raise UserError(f"environment '{environment}' cannot generate tasks for synthetic runs")
     return env.tasks(count, seed=seed)
@@ -61,7 +61,7 @@ def noisy_run(
     if isinstance(task, int):
         tasks = TauTaskSet(environment).tasks()
         task = tasks[task % len(tasks)]
-    env = ENVIRONMENTS.get(environment)()
+    env = make_env(environment)
     source = Source(harness="trajforge", model=SYNTHETIC_MODEL, run=f"synthetic-seed-{seed}")
     traj = start_trajectory(env, task, source)
     if isinstance(env, TauEnv):

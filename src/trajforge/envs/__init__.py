@@ -1,18 +1,11 @@
-"""Environments: the protocol and a registry by name.
+"""Environments: the protocol, a registry by name and `make_env`.
 
 Register an environment class with `ENVIRONMENTS.register(name, "module:Class")`; any
 `module:Class` path also works where a name is expected.
 """
 
 from trajforge.envs.base import Environment, Oracle, StepResult, TaskSet
-from trajforge.registry import Registry
+from trajforge.envs.making import make_env
+from trajforge.envs.registry import ENVIRONMENTS
 
-ENVIRONMENTS: Registry[type] = Registry("environment")
-ENVIRONMENTS.register("tau-retail", "trajforge.envs.tau.domains:TauRetailEnv")
-ENVIRONMENTS.register("tau-airline", "trajforge.envs.tau.domains:TauAirlineEnv")
-ENVIRONMENTS.register("tau2-retail", "trajforge.envs.tau2:Tau2RetailEnv")
-ENVIRONMENTS.register("tau2-airline", "trajforge.envs.tau2:Tau2AirlineEnv")
-ENVIRONMENTS.register("household", "trajforge.envs.household:HouseholdEnv")
-ENVIRONMENTS.register("swe", "trajforge.envs.swe:SweEnv")
-
-__all__ = ["ENVIRONMENTS", "Environment", "Oracle", "StepResult", "TaskSet"]
+__all__ = ["ENVIRONMENTS", "Environment", "Oracle", "StepResult", "TaskSet", "make_env"]

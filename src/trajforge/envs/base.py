@@ -138,5 +138,14 @@ class UserFacts(Protocol):
     def user_facts(self) -> dict[str, str]: ...
 
 
+@runtime_checkable
+class ConfiguredByRecording(Protocol):
+    """Optional, on the class: the configuration that replays a recorded run faithfully
+    (e.g. the data revision its tool outputs show)."""
+
+    @classmethod
+    def config_for_recording(cls, messages: list[Message]) -> Any: ...
+
+
 USER_STOP = "###STOP###"
 """A user message containing this ends the conversation."""

@@ -13,26 +13,11 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from trajforge.envs import ENVIRONMENTS
 from trajforge.envs.base import Environment, Oracle, StateHashing
+from trajforge.envs.making import make_env
+from trajforge.envs.registry import ENVIRONMENTS
 from trajforge.errors import UserError
 from trajforge.schema import Message, ToolCall, Trajectory
-
-
-def make_env(trajectory: Trajectory) -> Environment:
-    """A fresh environment for the trajectory's task, or a UserError naming why not."""
-    name = trajectory.task.environment
-    if not name or name not in ENVIRONMENTS.names():
-        known = ", ".join(ENVIRONMENTS.names())
-        raise UserError(
-            f"trajectory {trajectory.id}: environment '{name}' cannot be replayed "
-            f"(replayable environments: {known})"
-        )
-    env_class = ENVIRONMENTS.get(name)
-    for_recording = getattr(env_class, "config_for_recording", None)
-    if for_recording is not None:
-        return env_class(for_recording(trajectory.messages))
-    return env_class()
 
 
 def answered_calls(messages: list[Message], n: int) -> list[tuple[int, ToolCall, Message]]:

@@ -23,8 +23,8 @@ from typing import Any
 import orjson
 from pydantic import BaseModel, Field
 
+from trajforge.envs import make_env
 from trajforge.envs.replay import replay_to
-from trajforge.rollout.factory import make_env
 from trajforge.schema import Message, Trajectory
 
 DATA_FILE = "train.jsonl"

@@ -1,72 +1,78 @@
-"""Building the parts of one episode by name: environment, policy, user simulator.
+"""The one way from names to the parts of an episode: environment, policy, user simulator.
 
+`make_env(name_or_run)` builds an environment; `build(spec, seed, parent)` builds the policy
+and the user simulator a spec asks for. A policy name reaches its class only through the
+`POLICIES` registry (a name or `module:Class`); the class says how it is made from the
+spec's options, the seed and the fork point (`BuiltFromSpec`), or takes no arguments.
 Everything is built fresh for each episode from plain data, so an episode runs the same in
 a thread, a worker process or a Ray task.
 """
 
 from __future__ import annotations
 
-import inspect
-from typing import Any
+from typing import NamedTuple
 
-from pydantic import BaseModel, Field
-
-from trajforge.agents import POLICIES, UserSimulator
-from trajforge.envs import ENVIRONMENTS
-from trajforge.errors import UserError
+from trajforge.agents import POLICIES
+from trajforge.agents.base import Policy, UserSimulator
+from trajforge.agents.spec import (
+    AgentSpec,
+    BringsUser,
+    BuiltFromSpec,
+    ForkPoint,
+    OpensConversation,
+    PolicyOptions,
+    UserKind,
+)
+from trajforge.agents.user_sim import LLMUser, ScriptedUser
+from trajforge.envs import make_env
+from trajforge.models.openai_compat import OpenAICompatibleModel
 from trajforge.schema import Message, Task
 
-
-class PolicyOptions(BaseModel):
-    """Options a policy may take (each policy uses the ones it knows)."""
-
-    error_rate: float = Field(default=0.2, ge=0.0, le=1.0, description="noisy-expert mistakes.")
-    base_url: str | None = Field(default=None, description="llm: endpoint base URL.")
-    model: str | None = Field(default=None, description="llm: model name.")
-    api_key: str | None = Field(
-        default=None, description="llm: API key (left out of episode keys and trajectories)."
-    )
-    temperature: float = Field(default=0.0, ge=0.0, description="llm: sampling temperature.")
-
-
-def make_env(name: str) -> Any:
-    """A fresh environment from the registry (a name or `module:Class`)."""
-    factory = ENVIRONMENTS.get(name)
-    return factory()
+__all__ = [
+    "AgentSpec",
+    "Agents",
+    "ForkPoint",
+    "PolicyOptions",
+    "UserKind",
+    "build",
+    "choose_user",
+    "make_env",
+    "needs_user",
+    "open_conversation",
+]
 
 
-def make_policy(name: str, options: PolicyOptions, seed: int) -> Any:
-    """A fresh policy; `seed` drives any randomness it has."""
-    if name == "llm":
-        return _llm_policy(options)
-    if name == "replay":
-        raise UserError("the replay policy continues a stored run: use it with fork, not rollout")
-    factory = POLICIES.get(name)
-    if name == "noisy-expert":
-        return factory(seed=seed, error_rate=options.error_rate)
-    accepted = _parameters(factory)
-    offered = {"seed": seed, **options.model_dump(exclude_none=True)}
-    return factory(**{key: value for key, value in offered.items() if key in accepted})
+class Agents(NamedTuple):
+    """The policy and user simulator of one run."""
+
+    policy: Policy
+    user: UserSimulator | None
+    """The user the spec asks for; None: the scripted one, where needed (`choose_user`)."""
 
 
-def _parameters(factory: Any) -> set[str]:
-    try:
-        return set(inspect.signature(factory).parameters)
-    except (TypeError, ValueError):
-        return set()
+def build(spec: AgentSpec | str, seed: int = 0, parent: ForkPoint | None = None) -> Agents:
+    """Fresh agents for `spec` (or a bare policy name); `seed` drives any randomness and
+    `parent` is the run a continuation forks from (the replay policy needs it)."""
+    if isinstance(spec, str):
+        spec = AgentSpec(policy=spec)
+    policy = _policy(spec, seed, parent)
+    return Agents(policy, _user(spec, policy))
 
 
-def _llm_policy(options: PolicyOptions) -> Any:
-    from trajforge.agents.llm import LLMPolicy
-    from trajforge.models.openai_compat import OpenAICompatibleModel, OpenAIModelConfig
+def _policy(spec: AgentSpec, seed: int, parent: ForkPoint | None) -> Policy:
+    policy_class = POLICIES.get(spec.policy)
+    if isinstance(policy_class, BuiltFromSpec):
+        return policy_class.from_spec(spec.options, seed, parent)
+    policy: Policy = policy_class()
+    return policy
 
-    config = OpenAIModelConfig(
-        base_url=options.base_url,
-        api_key=options.api_key,
-        model=options.model,
-        temperature=options.temperature,
-    )
-    return LLMPolicy(OpenAICompatibleModel(config))
+
+def _user(spec: AgentSpec, policy: Policy) -> UserSimulator | None:
+    if isinstance(policy, BringsUser):
+        return policy.user()
+    if spec.user == "llm":
+        return LLMUser(OpenAICompatibleModel(spec.options.endpoint()))
+    return None
 
 
 def needs_user(opening: list[Message]) -> bool:
@@ -74,19 +80,18 @@ def needs_user(opening: list[Message]) -> bool:
     return not any(message.role == "user" for message in opening)
 
 
-def make_user(env: Any) -> UserSimulator:
-    """The scripted user simulator of a conversational environment."""
-    try:
-        from trajforge.agents.user_sim import ScriptedUser
-    except ImportError:
-        raise UserError(
-            f"environment '{env.name}' is conversational and needs a user simulator "
-            "(trajforge.agents.user_sim), which this installation lacks"
-        ) from None
-    return ScriptedUser()
+def choose_user(user: UserSimulator | None, opening: list[Message]) -> UserSimulator | None:
+    """The given user, else the scripted simulator when the environment is conversational."""
+    if user is not None:
+        return user
+    return ScriptedUser() if needs_user(opening) else None
 
 
 def open_conversation(user: UserSimulator, task: Task) -> Message | None:
     """The user's first message, when the simulator opens conversations."""
-    opening = getattr(user, "opening", None)
-    return opening(task) if callable(opening) else None
+    return user.opening(task) if isinstance(user, OpensConversation) else None
+
+
+def make_policy(name: str, options: PolicyOptions, seed: int) -> Policy:
+    """`build(...).policy` for a name and options (kept for train.evaluate's callers)."""
+    return build(AgentSpec(policy=name, options=options), seed).policy

@@ -23,12 +23,12 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from trajforge.agents.base import EpisodeState, Policy, UserSimulator
-from trajforge.agents.user_sim import ScriptedUser
+from trajforge.envs import make_env
 from trajforge.envs.base import USER_STOP, EndsEpisodes, Environment
-from trajforge.envs.replay import answered_calls, make_env, replay_calls
+from trajforge.envs.replay import answered_calls, replay_calls
 from trajforge.errors import UserError
 from trajforge.rollout.episode import Limits, run_episode
-from trajforge.rollout.policy_factory import AgentSpec, build_agents
+from trajforge.rollout.factory import ForkPoint, build, choose_user, open_conversation
 from trajforge.schema import ForkParent, Message, Source, Trajectory
 from trajforge.store import Store
 
@@ -101,8 +101,8 @@ def fork(
 
     The parent is a Trajectory, or a Store with its id: `fork(store, "ID", at, policy)` or
     `fork(store, at, policy, parent_id="ID")`.
-    `policy` is a policy object or a name for `build_agents` (`expert`, `noisy-expert`,
-    `replay`, `llm`...), which also brings its user simulator. Without a `user`, a
+    `policy` is a policy object or a name for `build` (`expert`, `noisy-expert`,
+    `replay`, `llm`...); replay brings its own user simulator. Without a `user`, a
     conversational environment (one whose opening has no user message) gets the scripted
     user. Nothing is stored: the caller decides (`store.add(child)`).
     """
@@ -117,12 +117,11 @@ def fork(
     env = env or make_env(parent)
     opening = env.reset(parent.task)
     if isinstance(chosen, str):
-        agent, named_user = build_agents(AgentSpec(policy=chosen), parent=parent, at=index)
+        agent, named_user = build(chosen, parent=ForkPoint(parent, index))
         user = user or named_user
     else:
         agent = chosen
-        if user is None and not any(m.role == "user" for m in opening):
-            user = ScriptedUser()
+    user = choose_user(user, opening)
     replay_calls(env, parent, index)
     child = prefix_child(parent, index, agent, options)
     env.bind_conversation(child.messages)
@@ -186,10 +185,8 @@ def _restore_binding(env: Environment, child: Trajectory) -> None:
 
 
 def _opening(user: UserSimulator, child: Trajectory) -> Message:
-    opening = getattr(user, "opening", None)
-    if opening is not None:
-        return opening(child.task)
-    return Message(role="user", content=child.task.instruction or "Hello.")
+    first = open_conversation(user, child.task)
+    return first or Message(role="user", content=child.task.instruction or "Hello.")
 
 
 def _answer_pending(env: Environment, child: Trajectory) -> None:

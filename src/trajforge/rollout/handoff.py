@@ -19,12 +19,13 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from trajforge.agents.base import EpisodeState, Policy, PolicyStep, UserSimulator
-from trajforge.envs import ENVIRONMENTS
+from trajforge.agents.user_sim import ScriptedUser
+from trajforge.envs import make_env
 from trajforge.envs.base import Environment, Oracle, StateHashing, TaskSet
 from trajforge.errors import EpisodeEnd, UserError
 from trajforge.rollout.episode import Limits, run_episode
+from trajforge.rollout.factory import AgentSpec, build
 from trajforge.rollout.fork import prepare_turn
-from trajforge.rollout.policy_factory import AgentSpec, build_agents
 from trajforge.schema import ForkParent, Source, Task, Trajectory
 
 AgentFactory = Callable[[int], tuple[Policy, UserSimulator]]
@@ -108,7 +109,7 @@ def run_handoff(
     config: HandoffConfig,
 ) -> tuple[HandoffRun, Trajectory, Trajectory | None]:
     """One handoff on one task; returns the run summary, the reacher's and solver's runs."""
-    env = ENVIRONMENTS.get(env_name)()
+    env = make_env(env_name)
     policy, user = reacher
     source = Source(harness="trajforge-handoff", model=getattr(policy, "name", None), run="reacher")
     reached_traj = start_conversation(env, task, user, source)
@@ -147,7 +148,7 @@ def _solve_from(
     """Clone the reached state into a fresh environment and let the solver continue."""
     distance = env.distance() if isinstance(env, Oracle) else None
     index = len(reached_traj.messages)
-    solver_env = ENVIRONMENTS.get(env_name)()
+    solver_env = make_env(env_name)
     solver_env.reset(task)
     solver_env.restore(env.snapshot())
     state_hash = solver_env.state_hash() if isinstance(solver_env, StateHashing) else None
@@ -238,7 +239,7 @@ class HandoffMatrix(BaseModel):
 
 def task_list(env_name: str, count: int | None, seed: int = 0) -> list[Task]:
     """Tasks of an environment that offers a task set (`tasks(count, seed)`)."""
-    env = ENVIRONMENTS.get(env_name)()
+    env = make_env(env_name)
     if not isinstance(env, TaskSet):
         raise UserError(f"environment '{env_name}' offers no task set for handoff")
     return list(env.tasks(count, seed))
@@ -252,8 +253,10 @@ def run_matrix(
     config: HandoffConfig,
     count: int | None = None,
     collect: list[Trajectory] | None = None,
+    seed: int = 0,
 ) -> HandoffMatrix:
-    """Handoff for every reacher × solver pair of policy names (built from `specs`)."""
+    """Handoff for every reacher × solver pair of policy names (built from `specs`; run i
+    is seeded `seed + i`)."""
     tasks = task_list(env_name, count)
     results = []
     for reacher in reachers:
@@ -262,8 +265,8 @@ def run_matrix(
                 evaluate_handoff(
                     env_name,
                     tasks,
-                    _factory(specs[reacher]),
-                    _factory(specs[solver]),
+                    agent_factory(specs[reacher], seed),
+                    agent_factory(specs[solver], seed),
                     config,
                     names=(reacher, solver),
                     collect=collect,
@@ -272,8 +275,12 @@ def run_matrix(
     return HandoffMatrix(env=env_name, k=config.k, at=config.at, tasks=len(tasks), results=results)
 
 
-def _factory(spec: AgentSpec) -> AgentFactory:
-    """Fresh agents per run; the noisy expert's seed advances with the run index."""
-    if spec.policy == "replay":
-        raise UserError("the replay policy continues a stored run: use it with fork, not handoff")
-    return lambda index: build_agents(spec.model_copy(update={"seed": spec.seed + index}))
+def agent_factory(spec: AgentSpec, seed: int = 0) -> AgentFactory:
+    """Fresh agents per run, seeded `seed + index`; the scripted user unless asked otherwise."""
+    build(spec, seed)  # an unknown name or a policy that needs a parent fails here, once
+
+    def agents(index: int) -> tuple[Policy, UserSimulator]:
+        policy, user = build(spec, seed + index)
+        return policy, user or ScriptedUser()
+
+    return agents

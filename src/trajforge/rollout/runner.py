@@ -30,10 +30,11 @@ from trajforge.envs.base import Environment
 from trajforge.envs.faults import parse_fault_spec, with_faults
 from trajforge.rollout.episode import Limits, run_episode, start_trajectory
 from trajforge.rollout.factory import (
+    AgentSpec,
     PolicyOptions,
+    build,
+    choose_user,
     make_env,
-    make_policy,
-    make_user,
     needs_user,
     open_conversation,
 )
@@ -108,15 +109,14 @@ def run_episode_spec(spec: EpisodeSpec) -> Trajectory:
     env = None
     try:
         env = with_faults(make_env(spec.env), parse_fault_spec(spec.faults or None), seed)
-        policy = make_policy(spec.policy, spec.options, seed)
+        policy, asked_user = build(AgentSpec(policy=spec.policy, options=spec.options), seed)
         traj = start_trajectory(env, spec.task, source)
         env.bind_conversation(traj.messages)
-        user = None
-        if needs_user(traj.messages):
-            user = make_user(env)
+        user = choose_user(asked_user, traj.messages)
+        if user is not None and needs_user(traj.messages):
             first = open_conversation(user, spec.task)
             traj.messages.extend([first] if first else [])
-        traj.source.model = getattr(policy, "name", spec.policy)
+        traj.source.model = policy.name
         traj = run_episode(env, policy, spec.task, user=user, trajectory=traj, limits=spec.limits)
     except Exception as exc:  # a failed setup still leaves a trajectory saying why
         traj = _setup_failure(spec, source, exc, time.time() - started)

@@ -32,9 +32,9 @@ def select_tasks(env: Any, spec: str | int | Path) -> list[Task]:
     `spec` is a count (`3` or `"3"`), a range `"A-B"`, or a JSON/JSONL file of tasks.
     """
     if isinstance(env, str):
-        from trajforge.envs import ENVIRONMENTS
+        from trajforge.envs import make_env
 
-        env = ENVIRONMENTS.get(env)()
+        env = make_env(env)
     if not isinstance(getattr(env, "name", None), str):
         raise UserError(
             f"select_tasks expects an environment or its name, got {type(env).__name__}"

@@ -9,8 +9,8 @@ from pathlib import Path
 
 from trajforge.envs.replay import replayable
 from trajforge.errors import UserError
+from trajforge.rollout.factory import ForkPoint, build
 from trajforge.rollout.fork import check_fork_index, fork
-from trajforge.rollout.policy_factory import AgentSpec, build_agents
 from trajforge.schema import Trajectory
 from trajforge.store import Store
 from trajforge.web.html import h, run_link
@@ -59,9 +59,8 @@ def run_fork(db: Path, parent_id: str, form: Mapping[str, object]) -> str:
     with Store(db) as store:
         parent = store.get(parent_id)
         check_fork_index(parent, at)
-        policy_obj, user = build_agents(AgentSpec(policy=policy, seed=seed), parent=parent, at=at)
-        chosen_user = user if policy == "replay" else None
-        child = fork(parent, at, policy_obj, user=chosen_user)
+        policy_obj, user = build(policy, seed, ForkPoint(parent, at))
+        child = fork(parent, at, policy_obj, user=user)
         with store.transaction():
             store.add(child)
     return child.id

@@ -6,11 +6,12 @@ from typing import TypeVar, get_args
 
 from pydantic import BaseModel, Field
 
+from trajforge.agents.user_sim import ScriptedUser
 from trajforge.errors import UserError
 from trajforge.generate.guided.guidance import SOURCES, LLMGuidanceProposer
 from trajforge.generate.guided.search import GuidedRecovery, RecoverConfig, StartMode
 from trajforge.models.openai_compat import OpenAICompatibleModel, OpenAIModelConfig
-from trajforge.rollout.policy_factory import AgentSpec, UserKind, build_agents
+from trajforge.rollout.factory import AgentSpec, PolicyOptions, UserKind, build
 
 T = TypeVar("T")
 
@@ -34,8 +35,9 @@ def build_recovery(setup: RecoverSetup) -> GuidedRecovery:
     asked = _chosen("source", setup.sources or [], SOURCES)
     starts = _chosen("start", setup.starts, get_args(StartMode))
     user = _chosen("user", [setup.user], get_args(UserKind))[0]
-    llm = OpenAIModelConfig(base_url=setup.base_url, model=setup.llm_model, api_key=setup.api_key)
-    spec = AgentSpec(policy=setup.teacher, user=user, llm=llm)
+    options = PolicyOptions(base_url=setup.base_url, model=setup.llm_model, api_key=setup.api_key)
+    spec = AgentSpec(policy=setup.teacher, options=options, user=user)
+    llm = options.endpoint()
     proposer = _proposer(llm, required="llm" in asked)
     sources = asked or [s for s in SOURCES if s != "llm" or proposer is not None]
     config = RecoverConfig(
@@ -46,8 +48,8 @@ def build_recovery(setup: RecoverSetup) -> GuidedRecovery:
         max_steps=setup.max_steps,
     )
     return GuidedRecovery(
-        teacher=lambda: build_agents(spec)[0],
-        user=lambda: build_agents(spec)[1],
+        teacher=lambda: build(spec).policy,
+        user=lambda: build(spec).user or ScriptedUser(),
         config=config,
         proposer=proposer,
     )

@@ -24,8 +24,9 @@ from pydantic import BaseModel, Field
 
 from trajforge.agents.base import Policy, UserSimulator
 from trajforge.diagnose.model import Diagnosis
+from trajforge.envs import make_env
 from trajforge.envs.base import Environment
-from trajforge.envs.replay import make_env, replay_to
+from trajforge.envs.replay import replay_to
 from trajforge.generate.guided.guidance import (
     SOURCES,
     Feedback,
