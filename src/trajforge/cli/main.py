@@ -24,6 +24,7 @@ COMMANDS = {
     "mock-server": "trajforge.cli.proxy:mock_server_command",
     "proxy": "trajforge.cli.proxy:proxy_command",
     "capture": "trajforge.cli.capture:capture_command",
+    "outcome": "trajforge.cli.outcome:outcome_command",
     "diagnose": "trajforge.cli.diagnose:app",
     "monitor": "trajforge.cli.monitor:app",
     "rollout": "trajforge.cli.rollout:rollout_command",

@@ -110,7 +110,9 @@ class Recorder:
         stale = [session for session, count, assembled in rows if count != assembled]
         with self.store.transaction():
             for session in stale:
-                self.store.put(self._state(session).stored_trajectory())
+                trajectory = self._state(session).stored_trajectory()
+                self.store.put(trajectory)
+                self._state(session).written_outcome = trajectory.outcome
         return stale
 
     def _run(self) -> None:
@@ -177,10 +179,21 @@ class Recorder:
         try:
             with self.store.transaction():
                 for state in due:
-                    self.store.put(state.stored_trajectory())
+                    self._keep_outcome_set_elsewhere(state)
+                    trajectory = state.stored_trajectory()
+                    self.store.put(trajectory)
+                    state.written_outcome = trajectory.outcome
                     self._assembled[state.name] = state.next_seq
         except Exception:  # the calls are safe in proxy_calls; repair() assembles them later
             log.exception("could not assemble sessions %s", sorted(s.name for s in due))
+
+    def _keep_outcome_set_elsewhere(self, state: SessionState) -> None:
+        """Adopt an outcome another process stored since this recorder last wrote it."""
+        if state.written_outcome is None:
+            return
+        stored = self.store.outcome(trajectory_id(state.name))
+        if stored is not None and stored != state.written_outcome:
+            state.outcome = stored
 
     def _grew(self, state: SessionState) -> bool:
         last = self._assembled.get(state.name, 0)
@@ -212,7 +225,7 @@ class Recorder:
             return seq
         if job.outcome is not None:
             state = self._state(job.outcome[0])
-            state.outcome = job.outcome[1]
+            state.outcome, state.written_outcome = job.outcome[1], None
             self._dirty[state.name] = state
             return trajectory_id(state.name)
         if job.memory_of is not None:
@@ -250,10 +263,8 @@ class Recorder:
                 "SELECT doc FROM proxy_calls WHERE session = ? ORDER BY seq", (session,)
             ):
                 state.add(loaded_call(CapturedCall.model_validate_json(doc), state.last))
-            stored = self.store.db.execute(
-                "SELECT 1 FROM trajectories WHERE id = ?", (trajectory_id(session),)
-            ).fetchone()
-            if stored:
-                state.outcome = self.store.get(trajectory_id(session)).outcome
+            stored = self.store.outcome(trajectory_id(session))
+            if stored is not None:
+                state.outcome = state.written_outcome = stored
             self.sessions[session] = state
         return state
