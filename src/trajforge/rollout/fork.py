@@ -144,7 +144,7 @@ def prefix_child(parent: Trajectory, at: int, policy: Policy, options: ForkOptio
         task=parent.task.model_copy(deep=True),
         source=Source(
             harness=options.harness,
-            model=getattr(policy, "name", None),
+            model=policy.name,
             run=f"fork:{parent.id}@{at}",
         ),
         messages=[m.model_copy() for m in parent.messages[:at]],
@@ -155,7 +155,7 @@ def prefix_child(parent: Trajectory, at: int, policy: Policy, options: ForkOptio
             lb for lb in parent.labels if lb.message_index is not None and lb.message_index < at
         ],
         parent=ForkParent(trajectory_id=parent.id, message_index=at),
-        metadata={"fork": {"parent": parent.id, "at": at, "policy": getattr(policy, "name", None)}},
+        metadata={"fork": {"parent": parent.id, "at": at, "policy": policy.name}},
     )
 
 
