@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -23,6 +23,21 @@ FORMAT_VERSION = 1
 
 Role = Literal["system", "user", "assistant", "tool"]
 LabelSource = Literal["human", "oracle", "model", "heuristic"]
+
+EnvFaultKind = Literal["transient", "persistent", "silent"]
+"""Tool faults an environment wrapper injects (see `trajforge.envs.faults`)."""
+UpstreamFaultKind = Literal[
+    "upstream_timeout",
+    "upstream_5xx",
+    "upstream_truncated",
+    "upstream_malformed",
+    "upstream_unreachable",
+]
+"""Model-server faults the recording proxy injects or observes (see `trajforge.proxy`)."""
+FaultKind = Literal[EnvFaultKind, UpstreamFaultKind, "other"]
+"""Every fault kind; `other`: a kind an older version recorded that is no longer known."""
+FAULT_KINDS: tuple[FaultKind, ...] = get_args(EnvFaultKind) + get_args(UpstreamFaultKind)
+"""The kinds a fault spec can name (all but `other`)."""
 
 
 class _Model(BaseModel):
@@ -193,9 +208,23 @@ class Fault(_Model):
     """A fault injected into (or observed in) a tool or the model server: ground truth."""
 
     message_index: int = Field(description="Index of the message that carries the faulty result.")
-    kind: str = Field(description="transient, persistent, silent, or an upstream fault kind.")
+    kind: FaultKind = Field(description="transient, persistent, silent, or an upstream_* kind.")
     tool: str | None = Field(default=None, description="Tool (or endpoint) affected.")
     detail: str | None = Field(default=None, description="What was done: error text, data altered.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _older_kinds(cls, data: Any) -> Any:
+        """A kind no longer in `FaultKind` loads as `other`, its word kept in `detail`."""
+        if isinstance(data, dict) and data.get("kind") not in (*FAULT_KINDS, "other", None):
+            recorded = f"recorded kind '{data['kind']}'"
+            detail = data.get("detail")
+            data = {
+                **data,
+                "kind": "other",
+                "detail": f"{recorded}: {detail}" if detail else recorded,
+            }
+        return data
 
 
 class Label(_Model):

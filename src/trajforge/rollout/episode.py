@@ -115,7 +115,7 @@ def _run_tools(env: Environment, traj: Trajectory, calls: list[ToolCall]) -> boo
             Message(role="tool", content=result.content, tool_call_id=call.id, name=call.name)
         )
         if result.fault:
-            traj.faults.append(Fault(message_index=index, **result.fault))
+            traj.faults.append(Fault.model_validate({"message_index": index, **result.fault}))
         done = done or result.done
     return done
 
