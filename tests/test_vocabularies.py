@@ -48,6 +48,25 @@ def test_rollout_names_the_kind_it_cannot_inject(tmp_path) -> None:
 
 def test_a_fault_kind_from_an_older_version_still_loads() -> None:
     old = Fault.model_validate({"message_index": 3, "kind": "5xx", "detail": "injected: 503"})
-    assert old.kind == "other" and old.detail == "recorded kind '5xx': injected: 503"
+    assert old.kind == "other" and old.recorded_kind == "5xx"
     doc = {"task": {"id": "t"}, "faults": [{"message_index": 0, "kind": "flaky"}]}
-    assert Trajectory.model_validate(doc).faults[0].detail == "recorded kind 'flaky'"
+    assert Trajectory.model_validate(doc).faults[0].recorded_kind == "flaky"
+
+
+def test_harness_words_load_typed_and_are_written_back_unchanged() -> None:
+    doc = {
+        "task": {"id": "t"},
+        "outcome": {"termination_reason": "exit_cost"},
+        "faults": [{"message_index": 0, "kind": "5xx"}],
+    }
+    old = Trajectory.model_validate(doc)
+    assert old.outcome.termination_reason == "other" and old.outcome.exit_status == "exit_cost"
+    assert old.faults[0].kind == "other" and old.faults[0].recorded_kind == "5xx"
+    again = Trajectory.model_validate_json(old.model_dump_json())
+    assert again.model_dump_json() == old.model_dump_json()
+    assert '"termination_reason":"exit_cost"' in old.model_dump_json()
+    assert again.content_id() == old.content_id()
+    submitted = Trajectory.model_validate({**doc, "outcome": {"termination_reason": "Submitted"}})
+    assert submitted.outcome.termination_reason == "submitted"
+    submitted.outcome.termination_reason = "max_steps"  # a new reason replaces the word
+    assert '"termination_reason":"max_steps"' in submitted.model_dump_json()

@@ -29,7 +29,7 @@ from trajforge.envs.replay import answered_calls, replay_calls
 from trajforge.errors import UserError
 from trajforge.rollout.episode import Limits, run_episode
 from trajforge.rollout.factory import ForkPoint, build, choose_user, open_conversation
-from trajforge.schema import ForkParent, Message, Source, Trajectory
+from trajforge.schema import ForkParent, Message, Source, TerminationReason, Trajectory
 from trajforge.store import Store
 
 
@@ -211,7 +211,7 @@ def _state(env: Environment, child: Trajectory) -> EpisodeState:
     )
 
 
-def finish_stopped(env: Environment, child: Trajectory, reason: str) -> Trajectory:
+def finish_stopped(env: Environment, child: Trajectory, reason: TerminationReason) -> Trajectory:
     """Judge a child whose prefix already ended the episode (user stop, environment done)."""
     child.outcome = env.evaluate()
     child.outcome.termination_reason = reason
