@@ -54,9 +54,7 @@ FORBIDDEN: set[tuple[str, str]] = {
 ALLOWED_UPWARD: set[tuple[str, str]] = set()
 ALLOWED_CYCLE_EDGES: set[tuple[str, str]] = set()
 ALLOWED_FORBIDDEN: set[tuple[str, str]] = set()
-ALLOWED_SQL: set[str] = {
-    "trajforge.proxy.recorder",
-}
+ALLOWED_SQL: set[str] = set()
 
 
 def _unit(module: str) -> str:

@@ -196,6 +196,23 @@ class Store:
             self._depth = 0
 
     @contextmanager
+    def savepoint(self) -> Iterator[None]:
+        """Inside a transaction: the writes of this block are undone alone if it raises."""
+        self.db.execute("SAVEPOINT block")
+        try:
+            yield
+        except BaseException:
+            self.db.execute("ROLLBACK TO block")
+            raise
+        finally:
+            self.db.execute("RELEASE block")
+
+    def has(self, traj_id: str) -> bool:
+        """Whether a trajectory with exactly this id is stored."""
+        row = self.db.execute("SELECT 1 FROM trajectories WHERE id = ?", (traj_id,)).fetchone()
+        return row is not None
+
+    @contextmanager
     def bulk_writes(self) -> Iterator[None]:
         """Checkpoint the write-ahead log every `BULK_CHECKPOINT_PAGES` pages while inside.
 
