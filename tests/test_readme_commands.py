@@ -1,10 +1,14 @@
 """Every command in the README's bash blocks runs and exits 0, so the docs follow the CLI.
 
 `trajforge` commands run in-process (typer's CliRunner) against a temporary store holding the
-bundled sample, from a scratch folder beside which `../shared` is the shared data. `ID` and
-`3f2a9c` in the README stand for a run id: a failed tau-retail run of the sample is used.
-A command is skipped only for a reason listed in SKIPS, or when its README line ends in a
-comment containing `docs-test: skip (why)`.
+bundled sample and one session recorded through the proxy (`RUN`), from a scratch folder
+beside which `../shared` is the shared data. `ID` and `3f2a9c` in the README stand for a run
+id: a failed tau-retail run of the sample is used. A command that needs a model
+(`--base-url ...`) talks to the package's mock OpenAI-compatible server on loopback;
+`VAR=value` before a command is passed as its environment; a command listed in SCALED_DOWN
+runs on fewer runs or worlds. A command is skipped only for a
+reason listed in SKIPS, or when its README line ends in a comment containing
+`docs-test: skip (why)`.
 """
 
 from __future__ import annotations
@@ -14,13 +18,17 @@ import json
 import re
 import shlex
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 from typer.testing import CliRunner
 
 from trajforge.cli.main import app
 from trajforge.demo import sample_dir
+from trajforge.models.mock_server import MockOpenAIServer
+from trajforge.proxy import ProxyConfig, ProxyServer
 from trajforge.store import Store, TrajectoryFilter
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -36,16 +44,17 @@ SKIPS = {
     "trajforge serve ": "a server; tests/train starts it",
     "trajforge proxy ": "a server; tests/proxy starts it",
     "trajforge mock-server ": "a server; tests/models start it",
-    # needs an endpoint or a model trained for minutes
-    "--base-url": "needs a model endpoint (the commands are covered with the mock server in "
-    "their modules' tests)",
-    "TRAJFORGE_API_KEY=": "needs a real model endpoint",
+    # needs a model trained for minutes
     "--ckpt student/": "needs a student trained for minutes",
     "train sft": "trains for minutes",
     "--tasks 400": "a 400-episode rollout (minutes)",
-    "--format rl": "needs runs recorded through the proxy (tests/proxy exports them)",
 }
 PLACEHOLDER_IDS = ("ID", "3f2a9c")
+SCALED_DOWN = {
+    # the same command on fewer runs or worlds (each model call reaches the mock server)
+    "trajforge recover ": ["--limit", "1", "--rounds", "1", "--max-steps", "4"],
+    "trajforge eval --policy llm": ["--tasks", "3", "--recovery", "3"],
+}
 
 
 def readme_commands() -> list[tuple[int, str]]:
@@ -85,6 +94,7 @@ def workspace(tmp_path_factory: pytest.TempPathFactory, shared_data: Path) -> di
     result = CliRunner().invoke(app, ["import", str(sample_dir()), "--db", str(db)])
     assert result.exit_code == 0, result.output
     _example_inputs(work, db)
+    _proxy_session(db, "RUN")
     with Store(db) as store:
         failed = store.rows(TrajectoryFilter(environment="tau-retail", success=False))
     return {"work": work, "db": db, "id": failed[0].id}
@@ -104,21 +114,58 @@ def _example_inputs(work: Path, db: Path) -> None:
         shutil.copy(db, work / name)
 
 
+def _proxy_session(db: Path, session: str) -> None:
+    """Two turns of a session recorded through the proxy (token ids and logprobs included)."""
+    history = [{"role": "user", "content": "list the files"}]
+    with (
+        MockOpenAIServer(["looking", "done"]) as upstream,
+        ProxyServer(ProxyConfig(upstream=upstream.base_url), db) as proxy,
+    ):
+        for turn in range(2):
+            body = {"model": "m", "messages": history}
+            answer = httpx.post(f"{proxy.session_url(session)}/chat/completions", json=body)
+            history += [answer.json()["choices"][0]["message"]]
+            history += [{"role": "user", "content": f"output {turn}"}]
+
+
+@pytest.fixture(scope="module")
+def model_server() -> Iterator[MockOpenAIServer]:
+    """The mock model behind every `--base-url` in the README (one fixed reply)."""
+    with MockOpenAIServer() as server:
+        yield server
+
+
+def _with_model(words: list[str], request: pytest.FixtureRequest) -> tuple[list[str], dict]:
+    """The command's words without `VAR=value` prefixes (returned as environment), with
+    every `--base-url` value pointing at the mock model server."""
+    env = {}
+    while words and re.fullmatch(r"[A-Z_]+=.*", words[0]):
+        name, _, value = words.pop(0).partition("=")
+        env[name] = value
+    if "--base-url" in words:
+        index = words.index("--base-url") + 1
+        words[index] = request.getfixturevalue("model_server").base_url
+    return words, env
+
+
 def test_the_readme_has_commands_and_few_skips() -> None:
     run = [c for _, c in COMMANDS if skip_reason(c) is None]
     assert len(run) >= 25 and len(run) >= len(COMMANDS) // 2  # most commands really run
 
 
 @pytest.mark.parametrize(("line", "command"), COMMANDS, ids=[f"L{n}" for n, _ in COMMANDS])
-def test_readme_command_runs(line: int, command: str, workspace: dict, monkeypatch) -> None:
+def test_readme_command_runs(
+    line: int, command: str, workspace: dict, monkeypatch, request: pytest.FixtureRequest
+) -> None:
     reason = skip_reason(command)
     if reason:
         pytest.skip(reason)
-    words = shlex.split(command, comments=True)
+    words, given_env = _with_model(shlex.split(command, comments=True), request)
     assert words[0] == "trajforge", f"README line {line}: add a skip reason for {command!r}"
     words = [workspace["id"] if w in PLACEHOLDER_IDS else w for w in words[1:]]
+    words += next((extra for key, extra in SCALED_DOWN.items() if key in command), [])
     monkeypatch.chdir(workspace["work"])
-    env = {"TRAJFORGE_DB": str(workspace["db"]), "COLUMNS": "160"}
+    env = {**given_env, "TRAJFORGE_DB": str(workspace["db"]), "COLUMNS": "160"}
     result = CliRunner().invoke(app, words, env=env)
     assert result.exit_code == 0, f"README line {line}: {command}\n{result.output}"
 

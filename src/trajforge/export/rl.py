@@ -12,7 +12,9 @@ previous prompt plus its completion. Each such run of calls becomes one sample:
 
 A new sample starts at every drift point: where the proxy's drift audit saw the history
 rewritten, compacted or re-tokenized, or where the prompt tokens do not extend the sequence.
-Calls without token ids or logprobs, and failed calls, are left out.
+A side call (a title or summary request outside the main conversation) is a sample of its
+own, after the main conversation's, and does not cut it. Calls without token ids or
+logprobs, and failed calls, are left out.
 """
 
 from __future__ import annotations
@@ -76,11 +78,16 @@ def _drifted(call: LLMCall) -> bool:
 
 
 def token_sequences(traj: Trajectory) -> Iterator[_Sequence]:
-    """The trajectory's calls cut into sequences at drift points."""
+    """The trajectory's calls cut into sequences at drift points; side calls last, alone."""
     current: _Sequence | None = None
+    side: list[_Sequence] = []
     for call in traj.llm_calls:
         tokens = _usable(call)
         if tokens is None:
+            continue
+        if call.extra.get("side_call"):
+            side.append(_Sequence(prompt=list(tokens.prompt)))
+            side[-1].add(tokens)
             continue
         if current is None or _drifted(call) or not current.extends(tokens):
             if current is not None:
@@ -89,6 +96,7 @@ def token_sequences(traj: Trajectory) -> Iterator[_Sequence]:
         current.add(tokens)
     if current is not None:
         yield current
+    yield from side
 
 
 def _reward(traj: Trajectory) -> float | None:

@@ -34,7 +34,8 @@ class DriftAudit(BaseModel):
 
     status: str = Field(
         description="first, extends, rewritten (history edited), compacted (history "
-        "shortened) or retokenized (same messages, different tokens)."
+        "shortened), retokenized (same messages, different tokens) or side (a side call "
+        "outside the main conversation, not compared)."
     )
     by_tokens: bool | None = Field(
         default=None, description="Token-level extension (None: token ids unknown)."

@@ -111,7 +111,9 @@ class Recorder:
         stale = sessions_not_assembled(self.store)
         with self.store.transaction():
             for session in stale:
-                self.store.put(self._state(session).stored_trajectory())
+                trajectory = self._state(session).stored_trajectory()
+                self.store.put(trajectory)
+                self._state(session).written_outcome = trajectory.outcome
         return stale
 
     def _run(self) -> None:
@@ -178,10 +180,21 @@ class Recorder:
         try:
             with self.store.transaction():
                 for state in due:
-                    self.store.put(state.stored_trajectory())
+                    self._keep_outcome_set_elsewhere(state)
+                    trajectory = state.stored_trajectory()
+                    self.store.put(trajectory)
+                    state.written_outcome = trajectory.outcome
                     self._assembled[state.name] = state.next_seq
         except Exception:  # the calls are safe in proxy_calls; repair() assembles them later
             log.exception("could not assemble sessions %s", sorted(s.name for s in due))
+
+    def _keep_outcome_set_elsewhere(self, state: SessionState) -> None:
+        """Adopt an outcome another process stored since this recorder last wrote it."""
+        if state.written_outcome is None:
+            return
+        stored = self.store.outcome(trajectory_id(state.name))
+        if stored is not None and stored != state.written_outcome:
+            state.outcome = stored
 
     def _grew(self, state: SessionState) -> bool:
         last = self._assembled.get(state.name, 0)
@@ -211,7 +224,7 @@ class Recorder:
             return seq
         if job.outcome is not None:
             state = self._state(job.outcome[0])
-            state.outcome = job.outcome[1]
+            state.outcome, state.written_outcome = job.outcome[1], None
             self._dirty[state.name] = state
             return trajectory_id(state.name)
         if job.memory_of is not None:
@@ -244,7 +257,8 @@ class Recorder:
             state = SessionState(name=session, harness=self.harness)
             for doc in session_call_documents(self.store, session):
                 state.add(loaded_call(CapturedCall.model_validate_json(doc), state.last))
-            if self.store.has(trajectory_id(session)):
-                state.outcome = self.store.get(trajectory_id(session)).outcome
+            stored = self.store.outcome(trajectory_id(session))
+            if stored is not None:
+                state.outcome = state.written_outcome = stored
             self.sessions[session] = state
         return state

@@ -1,6 +1,12 @@
 """Assembly: the calls of one session become one trajectory, kept up to date call by call.
 
-The messages are the last call's prompt plus its answer. Each call whose answer appears at
+The messages are the main conversation's last prompt plus its answer. Harnesses also make
+side calls in the same session (a title, a summary, a `/completions` probe): a call is a side
+call when it uses another endpoint than the main conversation, or when its first message
+differs from the main conversation's and its prompt is not longer than that conversation.
+A side call is kept in `llm_calls` (`extra["side_call"]`, drift status `side`) but does not
+replace the messages; a longer call with another opening takes over as the main conversation
+(a harness that rewrote its system prompt). Each call whose answer appears at
 its position in those messages is linked to it by `message_index`; calls made on a history
 that was later rewritten keep `message_index=None`. Every call carries its drift audit in
 `extra["drift"]`; upstream failures become `Fault`s at the index the answer would have had.
@@ -16,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trajforge.openai_wire import to_message
-from trajforge.proxy.drift import audit, normalize_message
+from trajforge.proxy.drift import DriftAudit, audit, normalize_message
 from trajforge.proxy.record import CapturedCall, MonitorStop
 from trajforge.schema import (
     Fault,
@@ -83,10 +89,19 @@ class SessionState:
     answers: list[tuple | None] = field(default_factory=list)
     faults: list[Fault] = field(default_factory=list)
     last: CapturedCall | None = None
+    """The session's previous call (main or side): the base of its stored row."""
+    main: CapturedCall | None = None
+    """The last call of the main conversation: the trajectory's messages come from it."""
     outcome: Outcome = field(default_factory=Outcome)
+    written_outcome: Outcome | None = None
+    """The outcome as last written to (or read from) the store; None once a newer one was
+    posted to the proxy. A stored outcome that differs was set elsewhere (`trajforge
+    outcome`) and is kept."""
     previous_messages: list[tuple] | None = None
     previous_tokens: list[int] | None = None
     monitor: dict[str, Any] | None = None
+    main_opening: tuple | None = None
+    main_length: int = 0
     last_prompt: tuple[list, list[tuple]] = ([], [])
     """The previous call's prompt messages and their normalized form (reused when the next
     prompt repeats them, so a call normalizes only its new messages)."""
@@ -99,16 +114,27 @@ class SessionState:
         """Audit, record and link one call; returns its `LLMCall`."""
         prompt = captured.prompt_messages()
         normalized = self._normalized(prompt)
-        drift = audit(
-            self.previous_messages, self.previous_tokens, normalized, captured.prompt_token_ids
-        )
+        side = self._is_side_call(captured, normalized)
+        if side:
+            drift = DriftAudit(status="side", common_prefix_messages=0)
+        else:
+            drift = audit(
+                self.previous_messages, self.previous_tokens, normalized, captured.prompt_token_ids
+            )
         answer = captured.answer_message()
         if captured.monitor_stop is not None:
             self._refused_by_monitor(captured.monitor_stop)
         call = self._llm_call(captured, len(prompt), drift.model_dump())
+        if side:
+            call.extra["side_call"] = True
         self.calls.append(call)
         self.answers.append(normalize_message(answer) if answer else None)
         self.last = captured
+        if side:
+            return call
+        self.main = captured
+        self.main_opening = normalized[0] if normalized else None
+        self.main_length = len(prompt) + (answer is not None)
         if captured.fault is not None:
             detail = ("injected: " if captured.fault.injected else "observed: ") + (
                 captured.fault.detail
@@ -126,6 +152,15 @@ class SessionState:
             self.previous_tokens = _expected_tokens(captured)
         return call
 
+    def _is_side_call(self, captured: CapturedCall, normalized: list[tuple]) -> bool:
+        """Whether a call is outside the main conversation (see the module docstring)."""
+        if self.main is None:
+            return False
+        if captured.endpoint != self.main.endpoint:
+            return True
+        opening = normalized[0] if normalized else None
+        return opening != self.main_opening and len(normalized) <= self.main_length
+
     def _normalized(self, prompt: list) -> list[tuple]:
         raw, normalized = self.last_prompt
         kept = len(raw) if prompt[: len(raw)] == raw else 0
@@ -134,11 +169,12 @@ class SessionState:
         return result
 
     def relayed_answers(self) -> list[tuple[int, tuple, LLMCall]]:
-        """(message index, normalized answer, call) of every call that got an answer."""
+        """(message index, normalized answer, call) of every main-conversation call that got
+        an answer."""
         return [
             (call.extra["prompt_messages"], answer, call)
             for call, answer in zip(self.calls, self.answers, strict=True)
-            if answer is not None
+            if answer is not None and not call.extra.get("side_call")
         ]
 
     def _refused_by_monitor(self, stop: MonitorStop) -> None:
@@ -176,9 +212,11 @@ class SessionState:
         )
 
     def trajectory(self) -> Trajectory:
-        """The session as a trajectory (messages = last prompt + its answer)."""
-        messages = [chat_message(m) for m in self.last.prompt_messages()] if self.last else []
-        answer = self.last.answer_message() if self.last else None
+        """The session as a trajectory (messages = the main conversation's last prompt + its
+        answer)."""
+        main = self.main
+        messages = [chat_message(m) for m in main.prompt_messages()] if main else []
+        answer = main.answer_message() if main else None
         if answer is not None:
             messages.append(chat_message(answer))
         final = [normalize_message(m.model_dump(exclude={"extra"})) for m in messages]
@@ -191,12 +229,12 @@ class SessionState:
             task=Task(id=self.name, instruction=first_user_text(messages)),
             source=Source(
                 harness=self.harness,
-                model=calls[-1].model if calls else None,
+                model=_main_model(calls),
                 run=self.name,
                 format="proxy",
             ),
             messages=messages,
-            tools=list((self.last.request.get("tools") if self.last else None) or []),
+            tools=list((main.request.get("tools") if main else None) or []),
             outcome=self._outcome(),
             usage=_total_usage(calls),
             llm_calls=calls,
@@ -227,7 +265,14 @@ class SessionState:
     def _linked(call: LLMCall, answer: tuple | None, final: list[tuple]) -> LLMCall:
         index = call.extra["prompt_messages"]
         linked = answer is not None and index < len(final) and final[index] == answer
+        linked = linked and not call.extra.get("side_call")
         return call.model_copy(update={"message_index": index if linked else None})
+
+
+def _main_model(calls: list[LLMCall]) -> str | None:
+    """The model of the main conversation's last call (side calls often use another)."""
+    main = [call for call in calls if not call.extra.get("side_call")]
+    return main[-1].model if main else None
 
 
 def _expected_tokens(captured: CapturedCall) -> list[int] | None:

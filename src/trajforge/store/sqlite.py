@@ -14,7 +14,7 @@ from pydantic import BaseModel
 from pydantic_core import to_json
 
 from trajforge.errors import UserError
-from trajforge.schema import FORMAT_VERSION, Trajectory
+from trajforge.schema import FORMAT_VERSION, Outcome, Trajectory
 from trajforge.store.filters import TrajectoryFilter
 from trajforge.store.migrations import migrate
 from trajforge.store.opening import check_is_trajforge, check_store_path, store_error
@@ -207,11 +207,6 @@ class Store:
         finally:
             self.db.execute("RELEASE block")
 
-    def has(self, traj_id: str) -> bool:
-        """Whether a trajectory with exactly this id is stored."""
-        row = self.db.execute("SELECT 1 FROM trajectories WHERE id = ?", (traj_id,)).fetchone()
-        return row is not None
-
     @contextmanager
     def bulk_writes(self) -> Iterator[None]:
         """Checkpoint the write-ahead log every `BULK_CHECKPOINT_PAGES` pages while inside.
@@ -293,6 +288,15 @@ class Store:
         if len(rows) > 1 and rows[0][0] != prefix:
             raise UserError(f"id prefix '{prefix}' is ambiguous; give more characters")
         return rows[0][0]
+
+    def outcome(self, traj_id: str) -> Outcome | None:
+        """The stored outcome of the trajectory with this exact id (read without decoding the
+        whole document), or None when there is none."""
+        row = self.db.execute(
+            "SELECT json_extract(CAST(doc AS TEXT), '$.outcome') FROM trajectories WHERE id = ?",
+            (traj_id,),
+        ).fetchone()
+        return None if row is None else Outcome.model_validate_json(row[0] or "{}")
 
     def get(self, traj_id: str) -> Trajectory:
         full_id = self.resolve_id(traj_id)
