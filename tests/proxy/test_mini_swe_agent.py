@@ -242,7 +242,8 @@ def test_mini_swe_agent_2_trajectory_file_imports(mini_run, tmp_path: Path) -> N
     assert traj.source.harness == "mini-swe-agent" and traj.source.format == "mini-swe-agent"
     assert [m.role for m in traj.messages] == [m["role"] for m in theirs["messages"][:-1]]
     assert traj.metadata["exit"] == exit_extra
-    assert traj.outcome.termination_reason == exit_extra["exit_status"] == "Submitted"
+    assert traj.outcome.exit_status == exit_extra["exit_status"] == "Submitted"
+    assert traj.outcome.termination_reason == "submitted"
     assert traj.task.data["submission"] == exit_extra["submission"]
     assert len(traj.llm_calls) == len(SCRIPT)
     assert [c.message_index for c in traj.llm_calls] == [

@@ -35,7 +35,7 @@ COMMANDS = {
     "robustness": "trajforge.cli.rollout:robustness_command",
     "recover": "trajforge.cli.recover:recover_command",
     "ui": "trajforge.cli.ui:ui_command",
-    "train": "trajforge.cli.learn:train_app",
+    "train": "trajforge.cli.rl:train_app",
     "serve": "trajforge.cli.learn:serve_command",
     "eval": "trajforge.cli.learn:eval_command",
 }

@@ -118,7 +118,7 @@ def _row_values(traj: Trajectory) -> tuple:
         len(traj.faults),
         _text_or_none(traj.metadata.get("episode_key")),
         _text_or_none(traj.metadata.get("env")),
-        traj.outcome.termination_reason,
+        traj.outcome.exit_status or traj.outcome.termination_reason,  # as the document records it
     )
 
 

@@ -34,7 +34,7 @@ from trajforge.errors import EpisodeEnd, UserError
 from trajforge.models.openai_compat import message_to_openai
 from trajforge.openai_wire import to_message
 from trajforge.rollout.episode import Limits, run_episode, start_trajectory
-from trajforge.schema import Message, Outcome, Task, Trajectory
+from trajforge.schema import Message, Outcome, Task, TerminationReason, Trajectory
 from trajforge.serve.student import DecodeSession, Student, answer_message
 
 HELD_OUT_START = 1_000_000
@@ -157,7 +157,7 @@ def _advance(student: Student, env: Environment, traj: Trajectory, answer, round
     return "env_done" if done else None
 
 
-def _finish(env: Environment, traj: Trajectory, reason: str) -> None:
+def _finish(env: Environment, traj: Trajectory, reason: TerminationReason) -> None:
     try:
         outcome = env.evaluate()
     except Exception as exc:  # a crash in judging must not lose the episode
