@@ -22,7 +22,7 @@ from trajforge.cli.common import (
     print_json,
 )
 from trajforge.envs.faults import check_tools, parse_fault_spec
-from trajforge.evaluate.robustness import BASELINE, ConditionReport, KindReport, robustness_report
+from trajforge.evaluate.robustness import ConditionReport, KindReport, run_robustness
 from trajforge.generate.rft import RFTConfig, select, totals, write_sft
 from trajforge.rollout.backends import BACKENDS
 from trajforge.rollout.episode import Limits
@@ -290,13 +290,12 @@ def robustness_command(
     options = policy_options(error_rate, base_url, llm_model, api_key, temperature)
     limits = Limits(max_steps=max_steps)
     base = build_config(env, tasks, policy, n, None, seed, limits, options, run="robustness")
-    runs: dict[str, list[Trajectory]] = {}
-    for condition in [BASELINE, *conditions]:
-        spec = [] if condition == BASELINE else [condition]
-        config = base.model_copy(update={"faults": spec})
+
+    def run(config: RolloutConfig) -> list[Trajectory]:
         episodes = execute(config, db, backend, concurrency, show=not json_out)[1]
-        runs[condition] = [episode.trajectory() for episode in episodes]
-    reports = robustness_report(runs)
+        return [episode.trajectory() for episode in episodes]
+
+    reports = run_robustness(base, conditions, run)
     if json_out:
         print_json([r.model_dump(mode="json") for r in reports])
         return

@@ -16,11 +16,11 @@ from typing import Any, Generic, TypeVar
 
 from trajforge.errors import EpisodeEnd
 from trajforge.models.base import ChatModel, ModelReply
-from trajforge.schema import Message
+from trajforge.schema import Message, TerminationReason
 
 T = TypeVar("T")
 ATTEMPTS = 3
-MODEL_ERROR = "model_error"
+MODEL_ERROR: TerminationReason = "model_error"
 """The termination reason of an episode whose model call failed every attempt."""
 
 
