@@ -46,11 +46,13 @@ TerminationReason = Literal[
     "perturbed",
     "no_distractor",
     "error",
+    "model_error",
     "other",
 ]
 """Why a run stopped: the agent answered with no one to reply (`agent_stop`), the user or the
 environment ended it, the agent submitted, a limit, the failure monitor, a handoff or replay
-point, a deliberate perturbation, a crash; `other`: a harness's own words (kept in
+point, a deliberate perturbation, a crash, a model call that failed every retry
+(`model_error`); `other`: a harness's own words (kept in
 `Outcome.exit_status`)."""
 TERMINATION_REASONS: tuple[TerminationReason, ...] = get_args(TerminationReason)
 

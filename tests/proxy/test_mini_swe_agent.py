@@ -1,18 +1,17 @@
 """Real harness: mini-swe-agent from PyPI, unchanged, recorded through the proxy, and in
 its own process (in-process capture, `trajforge capture -- mini ...`).
 
-The harness runs in its own venv (kept in a cache folder outside the repository and reused),
-with its local environment, on a small generated repository, against a scripted mock upstream
-behind the proxy. Without network for the first install this test fails; it never skips.
+The harness runs in its own venv (kept in a cache folder outside the repository and reused;
+`harness_install.py` makes it, and `make test` runs that before the suite), with its local
+environment, on a small generated repository, against a scripted mock upstream behind the
+proxy. Without network for the first install this test fails; it never skips.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -23,38 +22,24 @@ from trajforge.proxy import ProxyConfig, ProxyServer
 from trajforge.proxy.session import trajectory_id
 from trajforge.store import Store
 
-MINI_REQUIREMENT = "mini-swe-agent>=2.4,<2.5"
+from .harness_install import INSTALL_TIMEOUT_S, install_mini
+
 IN_PROCESS_REQUIREMENTS = ["orjson>=3.10"]
 """What trajforge's capture path needs beyond what mini-swe-agent installs (its source
 comes from this repository, on PYTHONPATH)."""
 SOURCE = Path(__file__).resolve().parents[2] / "src"
 SUBMIT = "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
-
-
-def _cache_dir() -> Path:
-    root = os.environ.get("TRAJFORGE_TEST_CACHE") or Path.home() / ".cache" / "trajforge-tests"
-    return Path(root)
+pytestmark = pytest.mark.timeout(INSTALL_TIMEOUT_S + 300)  # a first install takes minutes
 
 
 @pytest.fixture(scope="session")
 def mini_executable() -> Path:
-    """`mini` from a venv with mini-swe-agent 2.4.x, installed on first use."""
-    venv = _cache_dir() / "mini-swe-agent-2.4"
-    mini, marker = venv / "bin" / "mini", venv / ".installed"
-    if marker.exists() and mini.exists():
-        return mini
-    shutil.rmtree(venv, ignore_errors=True)
-    venv.parent.mkdir(parents=True, exist_ok=True)
-    steps = [
-        [sys.executable, "-m", "venv", str(venv)],
-        [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", MINI_REQUIREMENT],
-    ]
-    for step in steps:
-        result = subprocess.run(step, capture_output=True, text=True, timeout=900)
-        if result.returncode != 0:
-            pytest.fail(f"could not install {MINI_REQUIREMENT}: {result.stderr[-2000:]}")
-    marker.write_text(MINI_REQUIREMENT + "\n")
-    return mini
+    """`mini` from a venv with mini-swe-agent 2.4.x (`make test` installs it before the
+    suite; a direct pytest run installs it on first use)."""
+    try:
+        return install_mini()
+    except RuntimeError as exc:
+        pytest.fail(str(exc))
 
 
 @pytest.fixture(scope="session")

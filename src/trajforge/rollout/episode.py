@@ -5,7 +5,8 @@ with the environment already restored to the state after that prefix.
 
 The loop never loses a run: an exception from the policy, the user or the environment ends
 the episode with termination reason `error` (the error is kept in `metadata["error"]`) and
-the trajectory is returned for the caller to store.
+the trajectory is returned for the caller to store. A model call that failed every
+attempt of the retry policy ends it with reason `model_error` (`metadata["model_failure"]`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pydantic import BaseModel, Field
 from trajforge.agents.base import EpisodeState, Policy, UserSimulator
 from trajforge.envs.base import USER_STOP, Environment
 from trajforge.errors import EpisodeEnd
+from trajforge.models.retry import ModelCallFailed
 from trajforge.schema import (
     Fault,
     Message,
@@ -67,6 +69,8 @@ def run_episode(
         reason = _loop(env, policy, traj, user, limits or Limits(), hooks, started)
     except EpisodeEnd as end:
         reason = end.reason
+        if isinstance(end, ModelCallFailed):
+            traj.metadata["model_failure"] = end.failure
     except Exception as exc:  # record the crash: the run's trajectory must survive
         reason = "error"
         traj.metadata["error"] = "".join(traceback.format_exception_only(exc)).strip()
