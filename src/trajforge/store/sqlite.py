@@ -320,6 +320,7 @@ class Store:
             raise ValueError("put() needs a trajectory with an id")
         with self.transaction():
             old_rows = "SELECT rowid FROM trajectories WHERE id = ?"
+            self._forget_pending({rowid for (rowid,) in self.db.execute(old_rows, (traj.id,))})
             self.db.execute(f"DELETE FROM run_search WHERE rowid IN ({old_rows})", (traj.id,))
             cursor = self.db.execute(
                 f"INSERT OR REPLACE INTO trajectories ({_COLUMNS}) VALUES ({_placeholders()})",
@@ -358,8 +359,12 @@ class Store:
             cursor = self.db.execute(
                 "DELETE FROM trajectories WHERE id = ? RETURNING rowid", (traj_id,)
             )
-            gone = {rowid for (rowid,) in cursor.fetchall()}
-            self._pending_index[:] = [p for p in self._pending_index if p[0] not in gone]
+            self._forget_pending({rowid for (rowid,) in cursor.fetchall()})
+
+    def _forget_pending(self, rowids: set[int]) -> None:
+        """Drop held-back index rows of runs replaced or deleted in this transaction."""
+        if self._pending_index and rowids:
+            self._pending_index[:] = [p for p in self._pending_index if p[0] not in rowids]
 
     def resolve_id(self, prefix: str) -> str:
         """The full id for an id or unique prefix; UserError when none or several match."""
