@@ -8,6 +8,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+import trajforge.store.sqlite as sqlite_store
 from trajforge.importers import import_paths
 from trajforge.schema import Message, Outcome, Task, Trajectory
 from trajforge.store import Store
@@ -31,7 +34,12 @@ def _journal_mode(store: Store) -> str:
     return store.db.execute("PRAGMA journal_mode").fetchone()[0]
 
 
-def test_a_bad_file_in_a_group_costs_only_itself(tmp_path: Path) -> None:
+@pytest.mark.parametrize("held_back_chars", [1, 1_000_000])
+def test_a_bad_file_in_a_group_costs_only_itself(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, held_back_chars: int
+) -> None:
+    """Also when the held-back index rows are written inside the failing file's savepoint."""
+    monkeypatch.setattr(sqlite_store, "PENDING_INDEX_CHARS", held_back_chars)
     _write_runs(tmp_path / "runs", ["a", "b"])
     good = _run("c").model_dump_json()
     (tmp_path / "runs" / "bb.jsonl").write_text(good + "\n{not json\n")

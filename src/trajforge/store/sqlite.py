@@ -23,7 +23,7 @@ from trajforge.store.search_text import RunSearchText, run_search_text
 DEFAULT_DB = "trajforge.db"
 BULK_CHECKPOINT_PAGES = 65536
 BUSY_TIMEOUT_MS = 30000
-PENDING_INDEX_CHARS = 32_000_000
+PENDING_INDEX_CHARS = 1_000_000
 DB_ENV_VAR = "TRAJFORGE_DB"
 
 _COLUMNS = (
@@ -212,8 +212,6 @@ class Store:
             with self.transaction():
                 yield
             return
-        if not self._savepoints and self._pending_chars > PENDING_INDEX_CHARS:
-            self._write_pending_index()
         self._savepoints.append(len(self._pending_index))
         self.db.execute("SAVEPOINT part")
         try:
@@ -260,8 +258,9 @@ class Store:
         SQLite's full-text index (FTS5) writes out what it holds in memory at every
         savepoint, so an import that keeps each file in its own savepoint wrote and merged
         index segments per file: more work than indexing the text. Held back, the rows of a
-        commit are indexed together (at the latest once `PENDING_INDEX_CHARS` of text wait
-        between two files); a savepoint rolled back drops the rows it held back.
+        commit are indexed together; once `PENDING_INDEX_CHARS` of text wait (a big file of
+        many runs), the rows held back inside the innermost savepoint are written at once,
+        so memory stays bounded. A savepoint rolled back drops the rows it held back.
         """
         self._defer_index = True
         try:
@@ -334,14 +333,17 @@ class Store:
         if self._defer_index and self._depth:
             self._pending_index.append((rowid, search))
             self._pending_chars += len(search.body)
+            if self._pending_chars > PENDING_INDEX_CHARS:
+                self._write_pending_index(self._savepoints[-1] if self._savepoints else 0)
         else:
             self._write_index(rowid, search)
 
-    def _write_pending_index(self) -> None:
-        for rowid, search in self._pending_index:
+    def _write_pending_index(self, start: int = 0) -> None:
+        """Write the held-back rows from `start` on (inside a savepoint: only its own rows,
+        so that they are undone with it; the rows of earlier files wait for the commit)."""
+        for rowid, search in self._pending_index[start:]:
             self._write_index(rowid, search)
-        self._pending_index.clear()
-        self._pending_chars = 0
+        self._drop_pending_index(start)
 
     def _drop_pending_index(self, keep: int) -> None:
         del self._pending_index[keep:]
