@@ -212,6 +212,8 @@ class Store:
             with self.transaction():
                 yield
             return
+        if not self._savepoints and self._pending_chars > PENDING_INDEX_CHARS:
+            self._write_pending_index()  # between two files: the earlier files' rows
         self._savepoints.append(len(self._pending_index))
         self.db.execute("SAVEPOINT part")
         try:
@@ -258,9 +260,10 @@ class Store:
         SQLite's full-text index (FTS5) writes out what it holds in memory at every
         savepoint, so an import that keeps each file in its own savepoint wrote and merged
         index segments per file: more work than indexing the text. Held back, the rows of a
-        commit are indexed together; once `PENDING_INDEX_CHARS` of text wait (a big file of
-        many runs), the rows held back inside the innermost savepoint are written at once,
-        so memory stays bounded. A savepoint rolled back drops the rows it held back.
+        commit are indexed together, or between two files once `PENDING_INDEX_CHARS` of text
+        wait; a big file of many runs writes its own rows each time that much has waited
+        inside its savepoint, so memory stays bounded. A savepoint rolled back drops the
+        rows it held back.
         """
         self._defer_index = True
         try:
@@ -333,8 +336,9 @@ class Store:
         if self._defer_index and self._depth:
             self._pending_index.append((rowid, search))
             self._pending_chars += len(search.body)
-            if self._pending_chars > PENDING_INDEX_CHARS:
-                self._write_pending_index(self._savepoints[-1] if self._savepoints else 0)
+            start = self._savepoints[-1] if self._savepoints else 0
+            if self._pending_chars - self._chars_before(start) > PENDING_INDEX_CHARS:
+                self._write_pending_index(start)  # a big file: its own rows so far
         else:
             self._write_index(rowid, search)
 
@@ -344,6 +348,9 @@ class Store:
         for rowid, search in self._pending_index[start:]:
             self._write_index(rowid, search)
         self._drop_pending_index(start)
+
+    def _chars_before(self, start: int) -> int:
+        return sum(len(search.body) for _, search in self._pending_index[:start])
 
     def _drop_pending_index(self, keep: int) -> None:
         del self._pending_index[keep:]
