@@ -23,6 +23,7 @@ COMMANDS = {
     "schema": "trajforge.cli.report:schema_command",
     "mock-server": "trajforge.cli.proxy:mock_server_command",
     "proxy": "trajforge.cli.proxy:proxy_command",
+    "capture": "trajforge.cli.capture:capture_command",
     "outcome": "trajforge.cli.outcome:outcome_command",
     "diagnose": "trajforge.cli.diagnose:app",
     "monitor": "trajforge.cli.monitor:app",
@@ -34,7 +35,7 @@ COMMANDS = {
     "robustness": "trajforge.cli.rollout:robustness_command",
     "recover": "trajforge.cli.recover:recover_command",
     "ui": "trajforge.cli.ui:ui_command",
-    "train": "trajforge.cli.learn:train_app",
+    "train": "trajforge.cli.rl:train_app",
     "serve": "trajforge.cli.learn:serve_command",
     "eval": "trajforge.cli.learn:eval_command",
 }

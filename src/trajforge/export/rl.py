@@ -7,7 +7,8 @@ previous prompt plus its completion. Each such run of calls becomes one sample:
 - `completion_ids`: everything after it: the model's completions and, between them, the
   tokens the harness added (tool results, user turns);
 - `loss_mask`: 1 on tokens the model sampled, 0 on tokens the harness added;
-- `logprobs`: the sampling-time logprob of each model token, 0.0 where the mask is 0;
+- `logprobs`: the sampling-time logprob of each model token; null where the mask is 0
+  (absent, not a probability of 1);
 - `reward`: the trajectory's reward (or 1.0 / 0.0 from its success), None when unknown.
 
 A new sample starts at every drift point: where the proxy's drift audit saw the history
@@ -116,7 +117,9 @@ def rl_samples(traj: Trajectory) -> Iterator[dict]:
             "prompt_ids": sequence.prompt,
             "completion_ids": sequence.tokens,
             "loss_mask": sequence.mask,
-            "logprobs": sequence.logprobs,
+            "logprobs": [
+                lp if m else None for lp, m in zip(sequence.logprobs, sequence.mask, strict=True)
+            ],
             "reward": _reward(traj),
             "call_ids": sequence.call_ids,
             "model": traj.source.model,

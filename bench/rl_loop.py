@@ -1,0 +1,306 @@
+"""RL from the learning-lab student: outcome-only against process-guided, and the handoff.
+
+    python bench/rl_loop.py [--quick] [--base CKPT] [--seeds 3] [--iterations 20] [--tasks 8]
+                            [--group 8] [--test-worlds 300] [--eval-every 5]
+                            [--handoff-worlds 200] [--early-stop-after N] [--lr 1e-4]
+                            [--base CKPT] [--out bench/results/rl_loop.json]
+
+1. The SFT starting point: `--base` (a `train sft` checkpoint), or the learning lab's E
+   student trained here (the observable teacher's successes on 400 difficulty-1 worlds;
+   hidden 128, 1,200 steps of batch 16, lr 1e-3).
+2. `train rl` from it with each reward kind (outcome: the group-normalised success; process:
+   plus fork-based step values), same iterations, tasks and group size (equal rollout
+   episodes and model tokens; process additionally runs teacher forks, which cost no model
+   tokens: their time is reported as `advantage_s`), `--seeds` seeds each. Every rollout
+   goes through `trajforge serve` and the recording proxy; the iteration rows are those the
+   loop stores.
+3. Greedy held-out success (Wilson 95% intervals) every `--eval-every` iterations on
+   `--test-worlds` worlds from the held-out seed range, pooled over seeds per iteration.
+4. The handoff matrix (REACH@k, SOLVE) of the SFT checkpoint and the final RL checkpoint
+   (seed 0) of the `--handoff-kinds` arms (outcome by default: the four pairings), on other
+   held-out worlds.
+5. Early stop: one more outcome arm (`--early-stop-seeds` seeds) whose proxy stops rollouts
+   the failure monitor flags once it has been fitted on the first `--early-stop-after`
+   iterations' rollouts; episode-steps and reward per episode-step against the outcome arm
+   on the same seeds and iterations (the same training tasks are drawn).
+
+The JSON result records the command, every setting and every iteration row. `--quick` is a
+smoke run (a small student, two iterations, few worlds): its numbers mean nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from trajforge.agents.household_teacher import ObservableTeacher
+from trajforge.envs.household import HouseholdEnv, task_for
+from trajforge.generate.recovery import training_row
+from trajforge.rollout.episode import Limits, run_episode
+from trajforge.serve.student import Student
+from trajforge.train.evaluate import fresh_starts, held_out_tasks, rate, run_lockstep, wilson
+from trajforge.train.rl import RLConfig, train_rl
+from trajforge.train.rl.handoff import handoff_matrix
+from trajforge.train.sft import SFTConfig, train_sft
+
+RESULTS = Path(__file__).parent / "results" / "rl_loop.json"
+KINDS = ("outcome", "process")
+EARLY = "outcome_early_stop"
+
+
+def train_base(work: Path, worlds: int, sft: SFTConfig) -> Path:
+    """The learning lab's E student: SFT on the observable teacher's successes."""
+    rows = []
+    for seed in range(worlds):
+        run = run_episode(
+            HouseholdEnv(), ObservableTeacher(), task_for(seed, 1), limits=Limits(max_steps=20)
+        )
+        if run.outcome.success:
+            rows.append(training_row(run))
+    out = work / "sft"
+    tasks = sorted({r["task_id"] for r in rows})
+    train_sft(
+        [(r["messages"], r["tools"]) for r in rows],
+        out,
+        sft,
+        manifest={"name": "sft", "train_tasks": tasks},
+    )
+    return out
+
+
+def heldout_success(path: Path, worlds: int) -> dict[str, Any]:
+    tasks = held_out_tasks(HouseholdEnv(), worlds, 1)
+    runs = run_lockstep(Student(path), fresh_starts(HouseholdEnv, tasks), 20)
+    return rate([bool(r.outcome.success) for r in runs])
+
+
+def pooled(parts: list[dict]) -> dict[str, Any]:
+    successes, n = sum(p["successes"] for p in parts), sum(p["n"] for p in parts)
+    return {"success": round(successes / n, 4), "success_ci": list(wilson(successes, n)), "n": n}
+
+
+def curve(runs: list[list[dict]], sft: dict, episodes_per_iteration: int) -> list[dict]:
+    """Held-out success per evaluated iteration, pooled over seeds (iteration 0: the SFT)."""
+    points = [{"iteration": 0, "episodes": 0, **pooled([sft] * len(runs))}]
+    evaluated = sorted({r["iteration"] for rows in runs for r in rows if "heldout" in r})
+    for iteration in evaluated:
+        parts = [
+            r["heldout"]
+            for rows in runs
+            for r in rows
+            if r["iteration"] == iteration and "heldout" in r
+        ]
+        points.append(
+            {
+                "iteration": iteration,
+                "episodes": iteration * episodes_per_iteration,
+                **pooled(parts),
+            }
+        )
+    return points
+
+
+def episodes_to_reach(points: list[dict], target: float) -> int | None:
+    return next((p["episodes"] for p in points if p["iteration"] and p["success"] >= target), None)
+
+
+def run_kind(kind: str, base: Path, work: Path, seeds: int, config: RLConfig) -> dict[str, Any]:
+    runs = []
+    for seed in range(seeds):
+        out = work / f"{kind}-seed{seed}"
+        reward = kind if kind in KINDS else config.reward
+        settings = config.model_copy(update={"seed": seed, "reward": reward})
+        runs.append(
+            train_rl(base, out, settings, report=lambda row, k=kind, s=seed: _show(k, s, row))
+        )
+        print(f"{kind} seed {seed} done", file=sys.stderr, flush=True)
+    return {"rows": runs}
+
+
+def _show(kind: str, seed: int, row: dict) -> None:
+    held = row.get("heldout")
+    text = f"{kind} s{seed} it {row['iteration']:>3}"
+    if "reward" in row:
+        text += f" reward {row['reward']:.3f} corr {row['correlation']:.5f}"
+        text += f" kl {row['kl']:.4f} {row['episodes_per_s']:.1f} ep/s"
+    if held:
+        text += f" held-out {held['rate']:.3f} {held['ci']}"
+    print(text, file=sys.stderr, flush=True)
+
+
+def summarize(kind_runs: list[list[dict]], sft: dict, per_iteration: int) -> dict[str, Any]:
+    points = curve(kind_runs, sft, per_iteration)
+    final = points[-1]
+    rows = [r for rows in kind_runs for r in rows if "reward" in r]
+    return {
+        "success": final["success"],
+        "success_ci": final["success_ci"],
+        "final_iteration": final["iteration"],
+        "curve": points,
+        "correlation_min": min(r["correlation"] for r in rows),
+        "max_logprob_diff": max(r["max_logprob_diff"] for r in rows),
+        "train_reward_last": round(
+            sum(r["reward"] for r in rows if r["iteration"] == final["iteration"]) / len(kind_runs),
+            4,
+        ),
+        "episodes": sum(r["episodes"] for r in rows),
+        "model_tokens": sum(round(r["tokens_per_s"] * r["rollout_s"]) for r in rows),
+        "rollout_s": round(sum(r["rollout_s"] for r in rows), 1),
+        "update_s": round(sum(r["update_s"] for r in rows), 1),
+        "advantage_s": round(sum(r["advantage_s"] for r in rows), 1),
+        "episodes_per_s_mean": round(sum(r["episodes_per_s"] for r in rows) / len(rows), 2),
+        "drift_points_dropped": sum(r["drift_points_dropped"] for r in rows),
+        "iterations": kind_runs,
+    }
+
+
+def early_stop(outcome: list[list[dict]], stopping: list[list[dict]], after: int) -> dict:
+    """Episode-steps and reward per episode-step after the monitor is on, against the
+    outcome arm on the same seeds and iterations (the same training tasks are drawn)."""
+    pairs = []
+    for rows_a, rows_b in zip(outcome, stopping, strict=False):
+        trained = {b["iteration"]: b for b in rows_b if "reward" in b and b["iteration"] > after}
+        pairs += [(a, trained[a["iteration"]]) for a in rows_a if a["iteration"] in trained]
+    steps_plain = sum(a["episode_steps"] for a, _ in pairs)
+    steps_stop = sum(b["episode_steps"] for _, b in pairs)
+    reward_plain = sum(a["reward"] * a["episodes"] for a, _ in pairs)
+    reward_stop = sum(b["reward"] * b["episodes"] for _, b in pairs)
+    return {
+        "monitor_after_iterations": after,
+        "compared_iterations": len(pairs),
+        "episode_steps_without": steps_plain,
+        "episode_steps_with": steps_stop,
+        "compute_saved": round(1 - steps_stop / steps_plain, 4) if steps_plain else None,
+        "stopped_episodes": sum(b["stopped"] for _, b in pairs),
+        "episodes": sum(b["episodes"] for _, b in pairs),
+        "reward_per_step_without": round(reward_plain / steps_plain, 5) if steps_plain else None,
+        "reward_per_step_with": round(reward_stop / steps_stop, 5) if steps_stop else None,
+    }
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--base", type=Path)
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--iterations", type=int, default=20)
+    parser.add_argument("--tasks", type=int, default=8)
+    parser.add_argument("--group", type=int, default=8)
+    parser.add_argument("--lr", type=float, default=1e-4)
+    parser.add_argument("--test-worlds", type=int, default=300)
+    parser.add_argument("--eval-every", type=int, default=5)
+    parser.add_argument("--handoff-worlds", type=int, default=200)
+    parser.add_argument("--early-stop-seeds", type=int, default=1)
+    parser.add_argument("--handoff-kinds", default="outcome", help="RL arms in the matrix")
+    parser.add_argument("--early-stop-after", type=int, default=0, help="default: iterations/4")
+    parser.add_argument("--work", type=Path, default=Path("/tmp/rl_loop"))
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.seeds, args.iterations, args.tasks, args.group = 1, 2, 2, 4
+        args.test_worlds, args.eval_every, args.handoff_worlds = 20, 1, 10
+        args.iterations = 3
+        args.work = args.work.with_name(args.work.name + "_quick")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    import shutil
+
+    import torch
+
+    torch.set_num_threads(1)
+    args = parse(argv)
+    started = time.perf_counter()
+    shutil.rmtree(args.work, ignore_errors=True)
+    args.work.mkdir(parents=True)
+    base = args.base
+    if base is None:
+        sft = SFTConfig(threads=1, save_every=10_000)
+        if args.quick:
+            sft = SFTConfig(
+                steps=150, batch_size=8, lr=3e-3, warmup=20, hidden=48, layers=2, heads=2, threads=1
+            )
+        base = train_base(args.work, 40 if args.quick else 400, sft)
+    sft_success = heldout_success(base, args.test_worlds)
+    print(f"sft held-out {sft_success}", file=sys.stderr, flush=True)
+    config = RLConfig(
+        iterations=args.iterations, tasks_per_iteration=args.tasks, group_size=args.group,
+        lr=args.lr, eval_every=args.eval_every, eval_tasks=args.test_worlds, threads=1,
+        concurrency=32,
+    )  # fmt: skip
+    per_iteration = args.tasks * args.group
+    kinds = {}
+    for kind in KINDS:
+        runs = run_kind(kind, base, args.work, args.seeds, config)["rows"]
+        kinds[kind] = summarize(runs, sft_success, per_iteration)
+    after = args.early_stop_after or max(1, args.iterations // 4)
+    stop_config = config.model_copy(update={"early_stop_after": after})
+    stopping = run_kind(EARLY, base, args.work, args.early_stop_seeds, stop_config)["rows"]
+    kinds[EARLY] = summarize(stopping, sft_success, per_iteration)
+    checkpoints = {"sft": base}
+    for kind in args.handoff_kinds.split(","):
+        checkpoints[f"rl-{kind}"] = args.work / f"{kind}-seed0" / f"iter-{args.iterations:04d}"
+    handoff = handoff_matrix(checkpoints, args.handoff_worlds)
+    target = kinds["outcome"]["success"]
+    result = {
+        "command": "python bench/rl_loop.py " + " ".join(sys.argv[1:] if argv is None else argv),
+        "quick": args.quick,
+        "label": "held-out household difficulty-1 worlds (seeds >= 1,000,000), greedy, 20 steps",
+        "sft": {
+            "success": sft_success["rate"],
+            "success_ci": sft_success["ci"],
+            "n": sft_success["n"],
+            "checkpoint": str(base),
+        },
+        "outcome": kinds["outcome"],
+        "process": kinds["process"],
+        "correlation_min": min(k["correlation_min"] for k in kinds.values()),
+        "process_episodes_to_outcome_final": episodes_to_reach(kinds["process"]["curve"], target),
+        "outcome_episodes_to_outcome_final": episodes_to_reach(kinds["outcome"]["curve"], target),
+        "handoff": handoff,
+        "early_stop": {
+            **early_stop(kinds["outcome"]["iterations"], stopping, after),
+            "monitors": [
+                orjson.loads(p.read_bytes())
+                for p in sorted(args.work.glob(f"{EARLY}-seed*/monitor.json"))
+            ],
+            "heldout_final": {k: kinds[EARLY][k] for k in ("success", "success_ci")},
+        },
+        EARLY: kinds[EARLY],
+        "settings": {
+            **vars(args),
+            "work": str(args.work),
+            "out": str(args.out),
+            "base": str(base),
+            "rl": config.model_dump(),
+        },
+        "wall_s": round(time.perf_counter() - started, 1),
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2, default=str))
+    print(table(result), flush=True)
+    return 0
+
+
+def table(result: dict[str, Any]) -> str:
+    lines = [f"{'arm':<10}{'iter':>6}{'episodes':>10}{'success':>10}  95% CI"]
+    for kind in KINDS:
+        for p in result[kind]["curve"]:
+            head = f"{kind:<10}{p['iteration']:>6}{p['episodes']:>10}"
+            lines.append(f"{head}{p['success']:>10.3f}  {p['success_ci']}")
+    lines.append(f"correlation min {result['correlation_min']:.6f}")
+    lines.append("handoff (REACH@k / SOLVE / end-to-end):")
+    for pair, cell in result["handoff"]["pairs"].items():
+        reach = f"reach {cell['reach']:.3f} {cell['reach_ci']}"
+        lines.append(f"  {pair:<28} {reach}  solve {cell['solve']}  e2e {cell['end_to_end']:.3f}")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,82 @@
+"""`trajforge train rl`: policy-gradient iterations through serve and the recording proxy."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from trajforge.cli.common import JsonOption, err_console, guarded, print_json
+from trajforge.cli.learn import train_app
+from trajforge.errors import UserError
+
+
+def rl_command(
+    out: Annotated[Path, typer.Option("--out", help="Run directory (one checkpoint/iteration).")],
+    base: Annotated[
+        Path | None, typer.Option("--base", help="Starting checkpoint (train sft --out).")
+    ] = None,
+    iterations: Annotated[int, typer.Option("--iterations", min=1, help="Iterations.")] = 20,
+    tasks: Annotated[int, typer.Option("--tasks", min=1, help="Training tasks/iteration.")] = 8,
+    group: Annotated[int, typer.Option("--group", min=2, help="Rollouts per task.")] = 8,
+    reward: Annotated[str, typer.Option("--reward", help="outcome | process.")] = "outcome",
+    lr: Annotated[float, typer.Option("--lr", help="Learning rate.")] = 1e-4,
+    kl: Annotated[float, typer.Option("--kl", help="KL-to-reference weight.")] = 0.0,
+    max_steps: Annotated[int, typer.Option("--max-steps", help="Agent steps/episode.")] = 20,
+    eval_every: Annotated[
+        int, typer.Option("--eval-every", min=0, help="Held-out evaluation interval (0: off).")
+    ] = 5,
+    eval_tasks: Annotated[int, typer.Option("--eval-tasks", min=1, help="Held-out worlds.")] = 100,
+    concurrency: Annotated[int, typer.Option("--concurrency", help="Episodes at once.")] = 32,
+    early_stop_after: Annotated[
+        int, typer.Option("--early-stop-after", help="Monitor stop after N iterations (0: off).")
+    ] = 0,
+    seed: Annotated[int, typer.Option("--seed", help="Task draws, sampling, updates.")] = 0,
+    resume: Annotated[bool, typer.Option("--resume", help="Continue the run in --out.")] = False,
+    as_json: JsonOption = False,
+) -> None:
+    """GRPO-style RL of a student: rollouts through serve + proxy, update, hot reload."""
+    from trajforge.train.rl import RLConfig, train_rl
+
+    config = None
+    if reward not in ("outcome", "process"):
+        raise UserError(f"--reward must be outcome or process, not '{reward}'")
+    if not resume:
+        if base is None:
+            raise UserError("give --base CHECKPOINT (or --resume)")
+        config = RLConfig(
+            iterations=iterations, tasks_per_iteration=tasks, group_size=group,
+            reward="process" if reward == "process" else "outcome",
+            lr=lr, kl_coef=kl, max_steps=max_steps, eval_every=eval_every,
+            eval_tasks=eval_tasks, concurrency=concurrency, seed=seed,
+            early_stop_after=early_stop_after,
+        )  # fmt: skip
+    rows = train_rl(base, out, config, resume=resume, report=_print_row)
+    if as_json:
+        print_json({"out": str(out), "iterations": rows})
+
+
+def _print_row(row: dict[str, Any]) -> None:
+    parts = [f"iter {row['iteration']:>3}"]
+    if "reward" in row:
+        parts += [
+            f"reward {row['reward']:.3f}",
+            f"corr {row['correlation']:.5f}",
+            f"max|dlogp| {row['max_logprob_diff']:.2e}",
+            f"kl {row['kl']:.4f}",
+            f"{row['episodes_per_s']:.1f} ep/s",
+            f"{row['tokens_per_s']:.0f} tok/s",
+            f"drift {row['drift_points_dropped']}",
+        ]
+    if "monitor" in row:
+        parts.append(f"monitor {row['monitor']}")
+    if row.get("monitor_on"):
+        parts.append(f"stopped {row['stopped']}/{row['episodes']}")
+    held = row.get("heldout")
+    if held:
+        parts.append(f"held-out {held['rate']:.3f} [{held['ci'][0]:.3f}, {held['ci'][1]:.3f}]")
+    err_console.print("  ".join(parts), highlight=False)
+
+
+train_app.command("rl")(guarded(rl_command))

@@ -1,0 +1,69 @@
+"""Advantages of recorded rollouts: the group-normalised outcome on every model token, plus,
+for process rewards, each step's fork-based advantage on that step's tokens."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from trajforge.train.rl.config import RLConfig
+from trajforge.train.rl.grpo import TrainSequence, from_sample, group_advantages
+from trajforge.train.rl.process import step_advantages
+from trajforge.train.rl.rollouts import Episode
+
+
+def training_sequences(episodes: Sequence[Episode], config: RLConfig) -> list[TrainSequence]:
+    """One sequence per RL sample of every episode."""
+    groups: dict[str, list[Episode]] = {}
+    for episode in episodes:
+        groups.setdefault(episode.group, []).append(episode)
+    outcome = group_advantages({g: [e.reward for e in eps] for g, eps in groups.items()})
+    ordered = [e for eps in groups.values() for e in eps]
+    process = config.reward == "process"
+    steps = step_advantages([e.run for e in ordered], config.max_steps) if process else []
+    per_step = dict(zip(map(id, ordered), steps, strict=False))
+    sequences = []
+    for group, members in groups.items():
+        for episode, value in zip(members, outcome[group], strict=True):
+            extra = per_step.get(id(episode))
+            sequences += _sequences(episode, group, value, extra, config.process_weight)
+    return sequences
+
+
+def _sequences(
+    episode: Episode, group: str, outcome: float, steps: list[float] | None, weight: float
+) -> list[TrainSequence]:
+    call_step = _call_steps(episode)
+    out = []
+    for sample in episode.samples:
+        seq = from_sample(sample, group, episode.reward)
+        run_values = iter(
+            [outcome + weight * _at(steps, call_step.get(c)) for c in sample["call_ids"]]
+            if steps is not None
+            else [outcome] * len(sample["call_ids"])
+        )
+        seq.advantages = _spread(seq.mask, run_values)
+        out.append(seq)
+    return out
+
+
+def _call_steps(episode: Episode) -> dict[str, int]:
+    """Recorded call id -> the agent step it produced (calls are made one per step)."""
+    calls = episode.recorded.llm_calls if episode.recorded is not None else []
+    return {call.id: step for step, call in enumerate(calls)}
+
+
+def _at(values: list[float] | None, index: int | None) -> float:
+    if values is None or index is None or index >= len(values):
+        return 0.0
+    return values[index]
+
+
+def _spread(mask: list[int], run_values) -> list[float]:
+    """Each maximal run of model tokens (one call's completion) gets the next value."""
+    out, current, inside = [], 0.0, False
+    for flag in mask:
+        if flag and not inside:
+            current = next(run_values, 0.0)
+        inside = bool(flag)
+        out.append(current if flag else 0.0)
+    return out

@@ -1,0 +1,62 @@
+"""The RL loop's settings, one documented field each."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+RewardKind = Literal["outcome", "process"]
+
+
+class RLConfig(BaseModel):
+    """What to roll out, how to update, what to measure."""
+
+    iterations: int = Field(default=20, ge=1, description="Rollout-and-update iterations.")
+    tasks_per_iteration: int = Field(default=8, ge=1, description="Training tasks per iteration.")
+    group_size: int = Field(default=8, ge=2, description="Rollouts per task (one GRPO group).")
+    difficulty: int = Field(default=1, ge=1, le=3, description="Household difficulty.")
+    train_seeds: int = Field(
+        default=5000, ge=1, description="Training worlds are drawn from seeds [0, train_seeds)."
+    )
+    max_steps: int = Field(default=20, ge=1, description="Agent steps per episode.")
+    max_new_tokens: int = Field(default=16, ge=1, description="Tokens per model call.")
+    temperature: float = Field(
+        default=1.0,
+        gt=0.0,
+        description="Sampling temperature. At 1.0 the served logprobs are those of the sampling "
+        "distribution, which the clipped ratio needs.",
+    )
+    concurrency: int = Field(default=32, ge=1, description="Episodes running at once.")
+    lr: float = Field(default=1e-4, gt=0, description="Adam learning rate.")
+    epochs: int = Field(default=2, ge=1, description="Passes over each iteration's samples.")
+    minibatch: int = Field(default=16, ge=1, description="Sequences per optimizer step.")
+    clip: float = Field(default=0.2, gt=0, description="PPO clip range of the ratio.")
+    kl_coef: float = Field(default=0.0, ge=0, description="Weight of the KL to the reference.")
+    reward: RewardKind = Field(
+        default="outcome",
+        description="outcome: the group-normalised reward on every token; process: plus the "
+        "step-value advantage of forks (see train/rl/process.py).",
+    )
+    process_weight: float = Field(
+        default=1.0, ge=0, description="process: weight of the step-value advantage."
+    )
+    eval_every: int = Field(default=5, ge=0, description="Held-out evaluation interval (0: off).")
+    eval_tasks: int = Field(default=100, ge=1, description="Held-out worlds per evaluation.")
+    min_correlation: float = Field(
+        default=0.99,
+        ge=-1,
+        le=1,
+        description="Stop when the rollout-training logprob correlation falls below this.",
+    )
+    early_stop_after: int = Field(
+        default=0,
+        ge=0,
+        description="Fit the failure monitor on the rollouts of the first N iterations and stop "
+        "doomed rollouts from then on (0: off).",
+    )
+    early_stop_loss: float = Field(
+        default=0.05, description="Share of successful runs the monitor's threshold may stop."
+    )
+    seed: int = Field(default=0, description="Seed of task draws, sampling and updates.")
+    threads: int | None = Field(default=None, description="torch CPU threads.")

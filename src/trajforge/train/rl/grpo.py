@@ -1,0 +1,176 @@
+"""The GRPO-style update: group-normalised advantages, a clipped ratio, an optional KL term.
+
+A compact loop of our own, not TRL's `GRPOTrainer`: the trainer here must read the recorded
+token ids and rollout logprobs of multi-turn episodes (environment tokens inside the
+sequence, masked), keep the sampling in a separate server that is hot-reloaded, and run on a
+tiny model on CPU; `GRPOTrainer` generates itself (or through its own vLLM hook) and hands
+prompts to a `rollout_func` already repeated per generation, so fitting the proxy-recorded
+samples into it costs more code than the update itself (about forty lines below).
+
+Per sequence i with token advantages A_t (the group-normalised reward on every model token,
+or plus a step-value term for process rewards) and behaviour logprobs b_t (recorded at
+rollout time), the loss is the mean over model tokens of
+
+    -min(r_t A_t, clip(r_t, 1 - eps, 1 + eps) A_t) + beta * k3(ref, new),  r_t = exp(new_t - b_t)
+
+averaged over sequences. Environment and user tokens (mask 0) carry no loss.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass
+class TrainSequence:
+    """One training sequence: all token ids, the model-token mask, behaviour logprobs."""
+
+    ids: list[int]
+    mask: list[int]
+    behaviour: list[float | None]
+    advantages: list[float]
+    group: str
+    reward: float
+
+
+def from_sample(sample: dict, group: str, reward: float) -> TrainSequence:
+    """A training sequence of an RL export sample (prompt ids are context, never targets)."""
+    prompt, completion = sample["prompt_ids"], sample["completion_ids"]
+    mask = [0] * len(prompt) + list(sample["loss_mask"])
+    behaviour = [None] * len(prompt) + [
+        lp if m else None for lp, m in zip(sample["logprobs"], sample["loss_mask"], strict=True)
+    ]
+    return TrainSequence([*prompt, *completion], mask, behaviour, [0.0] * len(mask), group, reward)
+
+
+def group_advantages(rewards: dict[str, list[float]]) -> dict[str, list[float]]:
+    """(r - mean) / (std + 1e-4) within each group; a group with one reward value gives 0."""
+    out = {}
+    for group, values in rewards.items():
+        mean = sum(values) / len(values)
+        std = math.sqrt(sum((v - mean) ** 2 for v in values) / len(values))
+        out[group] = [0.0 if std < 1e-8 else (v - mean) / (std + 1e-4) for v in values]
+    return out
+
+
+def token_logprobs(model: Any, batch: Sequence[TrainSequence], pad_id: int) -> Any:
+    """Logprob of each token given the ones before it, [B, T] (column 0 is 0)."""
+    import torch
+
+    width = max(len(s.ids) for s in batch)
+    ids = torch.tensor([s.ids + [pad_id] * (width - len(s.ids)) for s in batch])
+    attention = torch.tensor([[1] * len(s.ids) + [0] * (width - len(s.ids)) for s in batch])
+    logits = model(input_ids=ids, attention_mask=attention).logits[:, :-1].float()
+    picked = torch.log_softmax(logits, dim=-1).gather(2, ids[:, 1:].unsqueeze(2)).squeeze(2)
+    return torch.cat([torch.zeros(len(batch), 1), picked], dim=1)
+
+
+def _padded(batch: Sequence[TrainSequence], values: str, width: int) -> Any:
+    import torch
+
+    rows = [[float(v or 0.0) for v in getattr(s, values)] for s in batch]
+    return torch.tensor([r + [0.0] * (width - len(r)) for r in rows])
+
+
+@dataclass
+class Agreement:
+    """Rollout-time against training-time logprobs on the same recorded model tokens."""
+
+    correlation: float
+    max_abs_diff: float
+    tokens: int
+
+
+def agreement(model: Any, sequences: Sequence[TrainSequence], pad_id: int, chunk: int = 16):
+    """Pearson correlation and the largest difference, recomputed by the trainer's model."""
+    import torch
+
+    rollout: list[float] = []
+    trained: list[float] = []
+    with torch.no_grad():
+        for start in range(0, len(sequences), chunk):
+            batch = sequences[start : start + chunk]
+            logprobs = token_logprobs(model, batch, pad_id)
+            for row, seq in enumerate(batch):
+                for t, value in enumerate(seq.behaviour):
+                    if seq.mask[t] and value is not None:
+                        rollout.append(value)
+                        trained.append(float(logprobs[row, t]))
+    return Agreement(_pearson(rollout, trained), _max_diff(rollout, trained), len(rollout))
+
+
+def _pearson(xs: list[float], ys: list[float]) -> float:
+    if len(xs) < 2:
+        return 1.0
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    sxy = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True))
+    sxx = sum((x - mx) ** 2 for x in xs)
+    syy = sum((y - my) ** 2 for y in ys)
+    if sxx == 0 or syy == 0:
+        return 1.0 if sxx == syy else 0.0
+    return sxy / math.sqrt(sxx * syy)
+
+
+def _max_diff(xs: list[float], ys: list[float]) -> float:
+    return max((abs(x - y) for x, y in zip(xs, ys, strict=True)), default=0.0)
+
+
+@dataclass
+class UpdateStats:
+    loss: float
+    kl: float
+    clipped: float
+    steps: int
+
+
+def grpo_update(
+    model: Any, reference: Any, optimizer: Any, sequences: list[TrainSequence], pad_id: int,
+    *, epochs: int, minibatch: int, clip: float, kl_coef: float, generator: Any,
+) -> UpdateStats:  # fmt: skip
+    """Minibatch passes of the clipped objective over sequences with a non-zero advantage."""
+    import torch
+
+    live = [s for s in sequences if any(a != 0.0 for a in s.advantages)]
+    totals = {"loss": 0.0, "kl": 0.0, "clipped": 0.0}
+    steps = 0
+    model.train()
+    for _ in range(epochs if live else 0):
+        order = torch.randperm(len(live), generator=generator).tolist()
+        for start in range(0, len(order), minibatch):
+            batch = [live[i] for i in order[start : start + minibatch]]
+            parts = _minibatch_loss(model, reference, batch, pad_id, clip, kl_coef)
+            optimizer.zero_grad(set_to_none=True)
+            parts["loss"].backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+            for key in totals:
+                totals[key] += float(parts[key].detach())
+            steps += 1
+    model.eval()
+    n = max(steps, 1)
+    return UpdateStats(totals["loss"] / n, totals["kl"] / n, totals["clipped"] / n, steps)
+
+
+def _minibatch_loss(model, reference, batch, pad_id, clip, kl_coef) -> dict[str, Any]:
+    import torch
+
+    new = token_logprobs(model, batch, pad_id)
+    width = new.shape[1]
+    mask = _padded(batch, "mask", width)
+    old = _padded(batch, "behaviour", width)
+    adv = _padded(batch, "advantages", width)
+    ratio = torch.exp((new - old) * mask)
+    surrogate = torch.minimum(ratio * adv, ratio.clamp(1 - clip, 1 + clip) * adv)
+    with torch.no_grad():
+        ref = token_logprobs(reference, batch, pad_id) if reference is not None else new.detach()
+    delta = (ref - new) * mask
+    k3 = torch.exp(delta) - delta - 1
+    per_token = -surrogate + kl_coef * k3
+    counts = mask.sum(1).clamp(min=1)
+    loss = ((per_token * mask).sum(1) / counts).mean()
+    kl = ((k3 * mask).sum(1) / counts).mean().detach()
+    clipped = (((ratio - 1).abs() > clip).float() * mask).sum() / mask.sum().clamp(min=1)
+    return {"loss": loss, "kl": kl, "clipped": clipped.detach()}

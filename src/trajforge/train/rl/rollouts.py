@@ -1,0 +1,162 @@
+"""Rollouts for the RL loop: a served student behind the recording proxy, many episodes at once.
+
+The harness is the project's ordinary one, unchanged: `run_episode` with the `llm` policy,
+whose only RL-specific setting is its base URL (the proxy's per-session URL, so each episode
+is one recorded session). Concurrent episodes reach `trajforge serve`'s batching through the
+proxy; after an episode its outcome is posted to the proxy (`/s/{session}/outcome`), and the
+recorded session, with the server's token ids and logprobs, becomes RL samples by the same
+`rl_samples` that `trajforge export --format rl` writes.
+
+    episodes (threads) ──HTTP──► proxy (records) ──HTTP──► serve (batched, hot-reloaded)
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+from trajforge.agents.llm import LLMPolicy
+from trajforge.envs.household import HouseholdEnv
+from trajforge.errors import UserError
+from trajforge.export.rl import rl_samples
+from trajforge.models.openai_compat import OpenAICompatibleModel, OpenAIModelConfig
+from trajforge.models.serve import BackgroundServer
+from trajforge.proxy import ProxyConfig, ProxyServer
+from trajforge.proxy.config import MonitorStopConfig
+from trajforge.proxy.session import trajectory_id
+from trajforge.rollout.episode import Limits, run_episode
+from trajforge.schema import Task, Trajectory
+from trajforge.serve.app import StudentApp
+from trajforge.serve.reload import RELOAD_PATH, add_reload_route, codec_identity
+from trajforge.serve.student import Student
+from trajforge.store import Store
+
+
+@dataclass
+class Episode:
+    """One rollout: the harness's trajectory, the proxy's record of it, its RL samples."""
+
+    session: str
+    group: str
+    run: Trajectory
+    recorded: Trajectory | None
+    samples: list[dict] = field(default_factory=list)
+
+    @property
+    def reward(self) -> float:
+        outcome = self.run.outcome
+        if outcome.reward is not None:
+            return float(outcome.reward)
+        return 1.0 if outcome.success else 0.0
+
+
+@dataclass
+class RolloutStats:
+    episodes: int
+    seconds: float
+    model_tokens: int
+    drift_cuts: int
+    unrecorded: int
+
+    def as_row(self) -> dict[str, float]:
+        wall = max(self.seconds, 1e-9)
+        return {
+            "episodes": self.episodes,
+            "rollout_s": round(self.seconds, 3),
+            "episodes_per_s": round(self.episodes / wall, 3),
+            "tokens_per_s": round(self.model_tokens / wall, 1),
+            "drift_points_dropped": self.drift_cuts,
+            "unrecorded_episodes": self.unrecorded,
+        }
+
+
+class RolloutService:
+    """`trajforge serve` for a checkpoint and `trajforge proxy` in front of it, on loopback."""
+
+    def __init__(self, checkpoint: Path, db: Path, max_batch: int = 64) -> None:
+        self.served = StudentApp(Student(checkpoint), max_batch=max_batch, max_wait_ms=5.0)
+        add_reload_route(self.served)
+        self.server = BackgroundServer(self.served.app)
+        self.db = db
+        self.proxy: ProxyServer | None = None
+
+    def __enter__(self) -> RolloutService:
+        self.server.start()
+        self._start_proxy(None)
+        return self
+
+    def _start_proxy(self, monitor: MonitorStopConfig | None) -> None:
+        config = ProxyConfig(upstream=f"{self.server.url}/v1", monitor=monitor)
+        self.proxy = ProxyServer(config, self.db)
+        self.proxy.__enter__()
+
+    def use_monitor(self, model: Path, loss: float) -> None:
+        """Restart the proxy with the failure monitor as a stop (same store, new sessions)."""
+        assert self.proxy is not None
+        self.proxy.__exit__(None, None, None)
+        self._start_proxy(MonitorStopConfig(model=model, loss=loss))
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proxy is not None:
+            self.proxy.__exit__(*exc)
+        self.server.stop()
+
+    @property
+    def codec(self) -> str:
+        return codec_identity(self.served.student)
+
+    def reload(self, checkpoint: Path) -> None:
+        """Swap the served weights for `checkpoint`'s, over HTTP."""
+        reply = httpx.post(
+            f"{self.server.url}{RELOAD_PATH}", json={"checkpoint": str(checkpoint)}, timeout=120
+        )
+        if reply.status_code != 200:
+            raise UserError(f"reloading {checkpoint} failed: {reply.text}")
+
+    def run(
+        self, jobs: Sequence[tuple[str, str, Task]], limits: Limits, model: OpenAIModelConfig,
+        concurrency: int,
+    ) -> tuple[list[Episode], RolloutStats]:  # fmt: skip
+        """Run each (session, group, task) once; returns episodes in job order."""
+        started = time.perf_counter()
+        with ThreadPoolExecutor(max(1, min(concurrency, len(jobs)))) as pool:
+            runs = list(pool.map(lambda job: self._episode(job, limits, model), jobs))
+        seconds = time.perf_counter() - started
+        assert self.proxy is not None
+        self.proxy.flush()
+        episodes = self._collect(jobs, runs)
+        return episodes, _stats(episodes, seconds)
+
+    def _episode(self, job: tuple[str, str, Task], limits: Limits, model: OpenAIModelConfig):
+        session, _, task = job
+        assert self.proxy is not None
+        config = model.model_copy(update={"base_url": self.proxy.session_url(session)})
+        policy = LLMPolicy(OpenAICompatibleModel(config))
+        run = run_episode(HouseholdEnv(), policy, task, limits=limits)
+        outcome = {"success": bool(run.outcome.success), "reward": run.outcome.reward}
+        httpx.post(f"{self.proxy.url}/s/{session}/outcome", json=outcome, timeout=60)
+        return run
+
+    def _collect(self, jobs, runs: list[Trajectory]) -> list[Episode]:
+        episodes = []
+        with Store(self.db) as store:
+            for (session, group, _), run in zip(jobs, runs, strict=True):
+                try:
+                    recorded = store.get(trajectory_id(session))
+                except UserError:
+                    recorded = None
+                samples = list(rl_samples(recorded)) if recorded is not None else []
+                episodes.append(Episode(session, group, run, recorded, samples))
+        return episodes
+
+
+def _stats(episodes: list[Episode], seconds: float) -> RolloutStats:
+    tokens = sum(sum(s["loss_mask"]) for e in episodes for s in e.samples)
+    cuts = sum(max(0, len(e.samples) - 1) for e in episodes)
+    missing = sum(1 for e in episodes if not e.samples)
+    return RolloutStats(len(episodes), seconds, tokens, cuts, missing)
