@@ -8,6 +8,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+import trajforge.store.sqlite as sqlite_store
 from trajforge.importers import import_paths
 from trajforge.schema import Message, Outcome, Task, Trajectory
 from trajforge.store import Store
@@ -31,7 +34,12 @@ def _journal_mode(store: Store) -> str:
     return store.db.execute("PRAGMA journal_mode").fetchone()[0]
 
 
-def test_a_bad_file_in_a_group_costs_only_itself(tmp_path: Path) -> None:
+@pytest.mark.parametrize("held_back_chars", [1, 1_000_000])
+def test_a_bad_file_in_a_group_costs_only_itself(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, held_back_chars: int
+) -> None:
+    """Also when the held-back index rows are written inside the failing file's savepoint."""
+    monkeypatch.setattr(sqlite_store, "PENDING_INDEX_CHARS", held_back_chars)
     _write_runs(tmp_path / "runs", ["a", "b"])
     good = _run("c").model_dump_json()
     (tmp_path / "runs" / "bb.jsonl").write_text(good + "\n{not json\n")
@@ -107,3 +115,22 @@ def test_a_process_killed_while_filling_an_empty_store_leaves_it_empty(tmp_path:
         assert _journal_mode(store) == "wal"
         assert store.db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     assert sqlite3.connect(db).execute("SELECT count(*) FROM run_search").fetchone()[0] == 0
+
+
+def test_a_run_replaced_or_deleted_in_a_bulk_transaction_leaves_one_index_row(
+    tmp_path: Path,
+) -> None:
+    with Store(tmp_path / "s.db") as store:
+        store.add(_run("z"))  # so that the replaced run is not the last row
+        with store.bulk_writes(), store.transaction():
+            first, gone = _run("a"), _run("b")
+            store.add(first)
+            store.add(gone)
+            store.add(_run("c"))
+            store.put(first.model_copy(update={"messages": [*first.messages, *first.messages]}))
+            store.delete(gone.id)
+        rows = store.db.execute(
+            "SELECT s.rowid, t.task_id FROM run_search AS s "
+            "LEFT JOIN trajectories AS t ON t.rowid = s.rowid ORDER BY t.task_id"
+        ).fetchall()
+    assert [task for _, task in rows] == ["a", "c", "z"]  # no row without its run

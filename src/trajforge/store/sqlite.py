@@ -23,7 +23,7 @@ from trajforge.store.search_text import RunSearchText, run_search_text
 DEFAULT_DB = "trajforge.db"
 BULK_CHECKPOINT_PAGES = 65536
 BUSY_TIMEOUT_MS = 30000
-PENDING_INDEX_CHARS = 32_000_000
+PENDING_INDEX_CHARS = 1_000_000
 DB_ENV_VAR = "TRAJFORGE_DB"
 
 _COLUMNS = (
@@ -213,7 +213,7 @@ class Store:
                 yield
             return
         if not self._savepoints and self._pending_chars > PENDING_INDEX_CHARS:
-            self._write_pending_index()
+            self._write_pending_index()  # between two files: the earlier files' rows
         self._savepoints.append(len(self._pending_index))
         self.db.execute("SAVEPOINT part")
         try:
@@ -260,8 +260,10 @@ class Store:
         SQLite's full-text index (FTS5) writes out what it holds in memory at every
         savepoint, so an import that keeps each file in its own savepoint wrote and merged
         index segments per file: more work than indexing the text. Held back, the rows of a
-        commit are indexed together (at the latest once `PENDING_INDEX_CHARS` of text wait
-        between two files); a savepoint rolled back drops the rows it held back.
+        commit are indexed together, or between two files once `PENDING_INDEX_CHARS` of text
+        wait; a big file of many runs writes its own rows each time that much has waited
+        inside its savepoint, so memory stays bounded. A savepoint rolled back drops the
+        rows it held back.
         """
         self._defer_index = True
         try:
@@ -320,6 +322,7 @@ class Store:
             raise ValueError("put() needs a trajectory with an id")
         with self.transaction():
             old_rows = "SELECT rowid FROM trajectories WHERE id = ?"
+            self._forget_pending({rowid for (rowid,) in self.db.execute(old_rows, (traj.id,))})
             self.db.execute(f"DELETE FROM run_search WHERE rowid IN ({old_rows})", (traj.id,))
             cursor = self.db.execute(
                 f"INSERT OR REPLACE INTO trajectories ({_COLUMNS}) VALUES ({_placeholders()})",
@@ -333,14 +336,21 @@ class Store:
         if self._defer_index and self._depth:
             self._pending_index.append((rowid, search))
             self._pending_chars += len(search.body)
+            start = self._savepoints[-1] if self._savepoints else 0
+            if self._pending_chars - self._chars_before(start) > PENDING_INDEX_CHARS:
+                self._write_pending_index(start)  # a big file: its own rows so far
         else:
             self._write_index(rowid, search)
 
-    def _write_pending_index(self) -> None:
-        for rowid, search in self._pending_index:
+    def _write_pending_index(self, start: int = 0) -> None:
+        """Write the held-back rows from `start` on (inside a savepoint: only its own rows,
+        so that they are undone with it; the rows of earlier files wait for the commit)."""
+        for rowid, search in self._pending_index[start:]:
             self._write_index(rowid, search)
-        self._pending_index.clear()
-        self._pending_chars = 0
+        self._drop_pending_index(start)
+
+    def _chars_before(self, start: int) -> int:
+        return sum(len(search.body) for _, search in self._pending_index[:start])
 
     def _drop_pending_index(self, keep: int) -> None:
         del self._pending_index[keep:]
@@ -358,8 +368,12 @@ class Store:
             cursor = self.db.execute(
                 "DELETE FROM trajectories WHERE id = ? RETURNING rowid", (traj_id,)
             )
-            gone = {rowid for (rowid,) in cursor.fetchall()}
-            self._pending_index[:] = [p for p in self._pending_index if p[0] not in gone]
+            self._forget_pending({rowid for (rowid,) in cursor.fetchall()})
+
+    def _forget_pending(self, rowids: set[int]) -> None:
+        """Drop held-back index rows of runs replaced or deleted in this transaction."""
+        if self._pending_index and rowids:
+            self._pending_index[:] = [p for p in self._pending_index if p[0] not in rowids]
 
     def resolve_id(self, prefix: str) -> str:
         """The full id for an id or unique prefix; UserError when none or several match."""
