@@ -34,6 +34,7 @@ test: $(STAMP) system-deps
 	$(VENV)/bin/ruff check src tests bench
 	$(VENV)/bin/ruff format --check src tests bench
 	$(VENV)/bin/mypy
+	$(VENV)/bin/python tests/proxy/harness_install.py  # mini-swe-agent's own venv (minutes, once)
 	$(VENV)/bin/python -m pytest
 
 lint: $(STAMP)

@@ -10,15 +10,23 @@ counts, so a busy machine disturbs the ratio less; the ratio of CPU time (proces
 which other processes do not inflate) is printed too. `--profile` prints the top functions
 of one import.
 
-Where the time goes (cProfile, 983 trajectories, 94 MB of documents): parsing (orjson),
-the importers' own code, one pydantic validation per trajectory, one serialization (plus
-sha256 for the content id), and SQLite: writing the log, then the checkpoint that copies
-it into the database file and syncs it (that sync is about a third of SQLite's wall time).
-Tried on the stored documents and not kept: page_size 16 KiB / 64 KiB with a larger cache
-(no faster, the file grows up to 10%); zlib level 1 (4.6x smaller file, same wall time,
-+0.3 s CPU, and SQL `json_extract` on documents would stop working); a writer thread for
-SQLite (GIL hand-offs between ~1000 small transactions and long validations: 4.9 s against
-4.2 s on a busy 2-core machine).
+Where the time goes (process-time timers around each stage, 986 trajectories, 99 MB of
+files, on a busy 2-core machine; about 1.45-1.8 s of CPU in all): reading, parsing and one
+pydantic validation per trajectory about 0.5 s (json.load of the same bytes: 0.23 s);
+SQLite's full-text index (FTS5) of the runs' 44 MB of text about 0.4 s, which alone is
+about twice json.load; one serialization plus sha256 for the content id, and the search
+text, about 0.3 s; row inserts 0.15 s; commits 0.12 s; format detection 0.14 s. What the
+import does about SQLite: files are committed in groups of about 8 MB (each file in its
+own savepoint), the full-text rows of a group are written just before its commit (FTS5
+writes out a segment at every savepoint, which cost more than the indexing itself when each
+file was its own), and an empty store is filled through a rollback journal, so each page is
+written once instead of to the write-ahead log and again at the checkpoint.
+Tried and not kept: page_size 16 KiB / 64 KiB with a larger cache (no faster, the file
+grows up to 10%); zlib level 1 (4.6x smaller file, same wall time, +0.3 s CPU, and SQL
+`json_extract` on documents would stop working); a writer thread for SQLite (GIL hand-offs
+between ~1000 small transactions and long validations: 4.9 s against 4.2 s on a busy
+2-core machine); FTS5 `detail=column` (0.27 s instead of 0.42 s to index, but no phrase
+queries) and the ascii tokenizer (about 5% faster, but non-ASCII text would not be folded).
 """
 
 from __future__ import annotations

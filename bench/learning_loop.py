@@ -14,7 +14,20 @@ kind of data, each with several seeds:
 - E+S: plus corrections of the student's own failures (the E student of the same seed rolled
        out on the training worlds; each failed run forked at the first step where the teacher
        would have acted otherwise; the teacher continuing; a DAgger-style second round);
-- O:   the privileged oracle's demonstrations on the same worlds (the cautionary control).
+- O:   the privileged oracle's demonstrations on the same worlds (the cautionary control);
+- T:   a guided teacher's successes on the training worlds. The teacher is a student of the
+       same size and budget trained on the observable teacher's runs (no hint) plus the
+       oracle's runs with the world's hidden-state hint in the system prompt ("Hidden from
+       you: mug 1 is in cabinet 2 (kitchen)."), so it searches without a hint and reads one
+       when given; it is trained once per lab configuration and shared by every seed (cached
+       under the work dir);
+- T+P: plus the teacher's failures on the training worlds recovered by guided recovery
+       (`trajforge.generate.guided`: the verified correction as advice, then the privileged
+       hint, from the decisive message and from the start; the teacher in lock-step with the
+       guidance in its system prompt), guidance stripped, leak-checked, the failed prefix
+       masked from the loss. The teacher's own figures (unguided success, recovery by
+       guidance source, intervene-and-replay, leak rejections, and a held-out check of
+       reading the hint) are in the arm's results under "teacher".
 
 Every student is evaluated greedily (at most 20 steps) on held-out worlds (seeds from
 `HELD_OUT_START`, disjoint from every training seed; `check_held_out` enforces it against the
@@ -31,6 +44,8 @@ contributed.
 from __future__ import annotations
 
 import argparse
+import fcntl
+import hashlib
 import random
 import statistics
 import sys
@@ -46,6 +61,9 @@ import orjson
 from trajforge.agents.expert import ExpertPolicy
 from trajforge.agents.household_teacher import NoisyObservableTeacher, ObservableTeacher
 from trajforge.envs.household import HouseholdEnv, task_for
+from trajforge.generate.guided import GuidedRecovery, RecoverConfig, recover_runs, with_guidance
+from trajforge.generate.guided.guidance import hidden_state_guidance
+from trajforge.generate.guided.hinted import hinted_run
 from trajforge.generate.recovery import (
     first_disagreement,
     first_labelled_error,
@@ -63,6 +81,7 @@ from trajforge.train.evaluate import (
     run_lockstep,
     wilson,
 )
+from trajforge.train.guided import LockstepRunner
 from trajforge.train.sft import SFTConfig, train_sft
 
 Row = tuple[list[dict], list[dict]]
@@ -82,6 +101,8 @@ class LabConfig:
     max_steps: int = 20
     noise: float = 0.2
     difficulty: int = 1
+    teacher_failures: int = 150
+    teacher_steps: int | None = None
     work: str = "/tmp/learning_loop"
 
 
@@ -92,6 +113,8 @@ class Lab:
         self.config = config
         self.tasks = [task_for(seed, config.difficulty) for seed in range(config.train_worlds)]
         self._cache: dict[str, list[dict]] = {}
+        self.details: dict[str, Any] = {}
+        """What an arm's rows function wants in the arm's result besides the evaluation."""
 
     def demos(self, policy_name: str) -> list[dict]:
         """Successful runs of a deterministic policy on every training world."""
@@ -132,6 +155,104 @@ class Lab:
                     forks.append((run, error))
         return recovery_rows(HouseholdEnv, forks, teacher, self.config.max_steps, "S")
 
+    def hinted_demos(self) -> list[dict]:
+        """The oracle's successes with the world's hidden-state hint in the system prompt."""
+        runs = [
+            hinted_run(HouseholdEnv, ExpertPolicy(), task, self.config.max_steps)
+            for task in self.tasks
+        ]
+        return [training_row(run, kind="H") for run in runs if run is not None]
+
+    def guided_teacher(self, *kinds: str) -> list[dict]:
+        """The guided teacher's rows of `kinds` ("T": its successes, "P": its recovered
+        failures); its figures go into the arm's result. Made once per lab configuration
+        (under a lock: seeds run in parallel) and cached in the work dir."""
+        folder = teacher_dir(self.config)
+        cache = folder / "teacher.json"
+        folder.mkdir(parents=True, exist_ok=True)
+        with (folder / "lock").open("w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not cache.is_file():
+                staged = cache.with_suffix(".partial")
+                staged.write_bytes(orjson.dumps(self._make_guided_teacher(folder)))
+                staged.replace(cache)
+        data = orjson.loads(cache.read_bytes())
+        self.details["teacher"] = data["figures"]
+        return [row for kind in kinds for row in data[kind]]
+
+    def _make_guided_teacher(self, folder: Path) -> dict[str, Any]:
+        config = self.config
+        rows = self.demos("teacher") + self.hinted_demos()
+        out = folder / "checkpoint"
+        if not (out / "trajforge.json").is_file():  # written last: the teacher is trained
+            train_rows(config, rows, out, "guided-teacher", 0, config.teacher_steps)
+        student = Student(out)
+        runs = run_lockstep(student, fresh_starts(HouseholdEnv, self.tasks), config.max_steps)
+        failures = [t.with_id() for t in runs if not t.outcome.success]
+        searched = failures[: config.teacher_failures]
+        recovery = GuidedRecovery(
+            runner=LockstepRunner(student, config.max_steps),
+            config=RecoverConfig(
+                sources=["correction", "privileged"],
+                privileged_forms=["hint"],
+                max_steps=config.max_steps,
+            ),
+        )
+        report, demos = recover_runs(searched, recovery, {}, batch=max(1, len(searched)))
+        figures = {
+            "training_rows": _kinds(rows),
+            "unguided_success_train_worlds_in_sample": rate(
+                [bool(t.outcome.success) for t in runs]
+            ),
+            "failures": len(failures),
+            "searched": len(searched),
+            "recovery": report.model_dump(exclude={"results"}),
+            "demos_holding_guidance": sum(_holds_guidance(demo) for demo in demos),
+            "hint_check_held_out": hint_check(student, config),
+        }
+        return {
+            "T": [training_row(t, kind="T") for t in runs if t.outcome.success],
+            "P": [_recovered_row(demo) for demo in demos],
+            "figures": figures,
+        }
+
+
+def teacher_dir(config: LabConfig) -> Path:
+    """Where the guided teacher of this lab configuration is kept (shared by seeds)."""
+    keys = ("train_worlds", "steps", "teacher_steps", "batch_size", "lr", "hidden", "layers")
+    keys += ("max_steps", "difficulty", "teacher_failures")
+    key = orjson.dumps({k: getattr(config, k) for k in keys}, option=orjson.OPT_SORT_KEYS)
+    return Path(config.work) / f"guided-teacher-{hashlib.sha256(key).hexdigest()[:10]}"
+
+
+def hint_check(student: Student, config: LabConfig) -> dict[str, Any]:
+    """The teacher on held-out worlds without a hint and with the start state's hint in its
+    system prompt: does it act on the hint?"""
+    tasks = held_out_tasks(HouseholdEnv(), max(10, config.test_worlds // 3), config.difficulty)
+    check_held_out([t.id for t in tasks], student.manifest["train_tasks"])
+    plain = run_lockstep(student, fresh_starts(HouseholdEnv, tasks), config.max_steps)
+    hinted = fresh_starts(HouseholdEnv, tasks)
+    for env, traj in hinted:
+        traj.messages = with_guidance(traj.messages, hidden_state_guidance(env))
+    guided = run_lockstep(student, hinted, config.max_steps)
+    return {
+        "worlds": len(tasks),
+        "without_hint": rate([bool(t.outcome.success) for t in plain]),
+        "with_hint": rate([bool(t.outcome.success) for t in guided]),
+    }
+
+
+def _recovered_row(demo) -> dict:
+    """A recovered demonstration as a row: the failed run's prefix is context only."""
+    at = demo.metadata["recovery"]["at"]
+    masked = [i for i in demo.assistant_indices() if i < at]
+    return training_row(demo, masked=masked, kind="P")
+
+
+def _holds_guidance(demo) -> bool:
+    text = demo.metadata["recovery"]["guidance"]
+    return any(text in (m.text() or "") for m in demo.messages)
+
 
 def checkpoint_dir(config: LabConfig, arm: str, seed: int) -> Path:
     return Path(config.work) / f"{arm}-seed{seed}"
@@ -159,25 +280,44 @@ ARMS: list[Arm] = [
         needs=("E",),
     ),
     Arm("O", "privileged-oracle demonstrations", lambda lab, seed: lab.demos("oracle")),
+    Arm(
+        "T",
+        "a guided teacher's successes (the teacher: a student trained on observable-teacher "
+        "runs and on oracle runs with a where-things-are hint in the system prompt)",
+        lambda lab, seed: lab.guided_teacher("T"),
+    ),
+    Arm(
+        "T+P",
+        "plus the guided teacher's failures recovered with guidance (correction, privileged "
+        "hint), guidance stripped",
+        lambda lab, seed: lab.guided_teacher("T", "P"),
+    ),
 ]
 
 
 def _train(lab: Lab, arm: Arm, seed: int, rows: list[dict]) -> Path:
-    config = lab.config
-    out = checkpoint_dir(config, arm.name, seed)
+    out = checkpoint_dir(lab.config, arm.name, seed)
+    return train_rows(lab.config, rows, out, f"{arm.name}-seed{seed}", seed)
+
+
+def train_rows(
+    config: LabConfig, rows: list[dict], out: Path, name: str, seed: int, steps: int | None = None
+) -> Path:
+    """A student of the lab's size and budget (`steps`: the lab's) trained on `rows`."""
+    steps = steps or config.steps
     sft = SFTConfig(
-        steps=config.steps,
+        steps=steps,
         batch_size=config.batch_size,
         lr=config.lr,
-        warmup=min(50, config.steps // 5),
+        warmup=min(50, steps // 5),
         seed=seed,
-        save_every=config.steps,
+        save_every=steps,
         hidden=config.hidden,
         layers=config.layers,
         threads=1,
     )
     tasks = sorted({row["task_id"] for row in rows})
-    manifest = {"name": f"{arm.name}-seed{seed}", "train_tasks": tasks}
+    manifest = {"name": name, "train_tasks": tasks}
     train_sft([(r["messages"], r["tools"]) for r in rows], out, sft, manifest=manifest)
     return out
 
@@ -224,6 +364,7 @@ def run_arm(config: LabConfig, seed: int, name: str) -> dict[str, Any]:
         "train_s": round(trained - started, 1),
         "eval_s": round(time.time() - trained, 1),
         **evaluation,
+        **lab.details,
     }
     print(
         f"seed {seed} {name}: rows {len(rows)} success "
@@ -290,6 +431,8 @@ def summarize(per_seed: dict[int, dict[str, Any]], arm_names: list[str]) -> dict
             "rows_by_seed": [r["rows"] for r in runs],
             "final_loss_by_seed": [round(r["final_loss"], 4) for r in runs],
         }
+        if "teacher" in runs[0]:  # the guided teacher is shared by every seed
+            arms[name]["teacher"] = runs[0]["teacher"]
     if "E" in arms:
         for name in arms:
             if name != "E":
@@ -342,6 +485,23 @@ def table(arms: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def teacher_line(figures: dict[str, Any]) -> str:
+    """The guided teacher's figures in one line."""
+    unguided = figures["unguided_success_train_worlds_in_sample"]
+    found = figures["recovery"]
+    sources = found["by_source"].items()
+    by_source = ", ".join(f"{k} {v['recovered']}/{v['tried']}" for k, v in sources)
+    check = figures["hint_check_held_out"]
+    return (
+        f"guided teacher: unguided {unguided['successes']}/{unguided['n']} training worlds "
+        f"(in-sample); {found['recovered']}/{found['failures']} failures recovered "
+        f"({by_source}); intervene-and-replay {found['intervene']['recovered']}/"
+        f"{found['intervene']['tried']}; leak rejections {found['leak_rejections']}; held-out "
+        f"without hint {check['without_hint']['successes']}/{check['worlds']}, with hint "
+        f"{check['with_hint']['successes']}/{check['worlds']}"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="A smoke run (minutes).")
@@ -366,6 +526,7 @@ def main(argv: list[str] | None = None) -> int:
             test_worlds=30,
             recovery_states=30,
             steps=30,
+            teacher_steps=300,  # a guided teacher that solves some worlds, for T's rows
             work="/tmp/learning_loop_quick",
         )
     for field in ("steps", "hidden", "batch_size"):
@@ -391,6 +552,9 @@ def main(argv: list[str] | None = None) -> int:
     if not args.report:
         partial.unlink(missing_ok=True)
     print(table(result["arms"]))
+    teacher = next((a["teacher"] for a in result["arms"].values() if "teacher" in a), None)
+    if teacher:
+        print(teacher_line(teacher))
     print(
         f"test worlds {result['test_worlds']}, recovery states {result['recovery_states']}, "
         f"seeds {result['seeds']}, complete {result['complete']}; wrote {args.out}"

@@ -12,9 +12,12 @@ goals: at most 1 ms added at p50, and less overhead than LiteLLM's proxy. Cases:
 streamed answers to a short prompt, plain answers to a realistic 30 KB prompt, and one long
 session (`--long-calls`, history growing by about 1 KB a call) whose added latency over its
 first and last 100 calls shows whether recording stays flat. The client is aiohttp (httpx's
-own overhead saturates at 16-64 sessions). `--json` prints the summary: `added_p50_ms` keyed
-by mode (`plain`, `stream`, `plain_30KB`, and `inprocess`, null until in-process capture
-exists) and by session count. All traffic is loopback; every loop is bounded.
+own overhead saturates at 16-64 sessions). In-process capture is measured separately
+(`inprocess_overhead.py`): an httpx client in this process calling the mock directly, under
+capture, and through the proxy. `--json` prints the summary: `added_p50_ms` keyed by mode
+(`plain`, `stream`, `plain_30KB`, `inprocess`) and by session count. `--cases` picks cases
+(default all: plain,stream,30KB,inprocess,long). All traffic is loopback; every loop is
+bounded.
 """
 
 from __future__ import annotations
@@ -34,6 +37,8 @@ from pathlib import Path
 
 import aiohttp
 import httpx
+
+from inprocess_overhead import inprocess_case, print_inprocess
 
 CACHE = Path(os.environ.get("TRAJFORGE_BENCH_CACHE") or Path.home() / ".cache" / "trajforge-bench")
 LITELLM_VENV = CACHE / "litellm-venv"
@@ -279,12 +284,16 @@ def long_session_case(targets: dict[str, Target], calls: int) -> dict:
     }
 
 
-CASES = {"plain": ("short", False), "stream": ("short", True), "30KB prompt": ("30KB", False)}
+CASES = {"plain": ("short", False), "stream": ("short", True), "30KB": ("30KB", False)}
+ALL_CASES = "plain,stream,30KB,inprocess,long"
 
 
 def run_cases(targets: dict[str, Target], sessions: list[int], args) -> dict:
     summary: dict = {"added_p50_ms": {}, "added_p99_ms": {}, "p99_over_p50": {}}
+    chosen = args.cases.split(",")
     for case, (prompt, stream) in CASES.items():
+        if case not in chosen:
+            continue
         body = request_body(prompt, stream)
         results: dict[str, dict[int, dict]] = {name: {} for name in targets}
         for count in sessions:
@@ -301,8 +310,14 @@ def run_cases(targets: dict[str, Target], sessions: list[int], args) -> dict:
             summary.setdefault("litellm_added_p50_ms", {})[key] = added(
                 results, "litellm", "p50_ms"
             )
-    # In-process capture (recording inside the harness's process) is not built yet.
-    summary["added_p50_ms"]["inprocess"] = {str(c): None for c in sessions}
+    if "inprocess" in chosen:
+        body = request_body("short", False)
+        result = inprocess_case(targets, sessions, args.requests, args.rounds, body, cpu_seconds)
+        print_inprocess(result)
+        summary["inprocess"] = result
+        summary["added_p50_ms"]["inprocess"] = {
+            count: added["inprocess"] for count, added in result["added_p50_ms"].items()
+        }
     return summary
 
 
@@ -314,6 +329,7 @@ def main() -> None:
     parser.add_argument("--long-calls", type=int, default=1000, help="Calls of the long session.")
     parser.add_argument("--no-litellm", action="store_true", help="Skip LiteLLM's proxy.")
     parser.add_argument("--json", action="store_true", help="Print the summary as JSON.")
+    parser.add_argument("--cases", default=ALL_CASES, help="Cases to run, comma-separated.")
     args = parser.parse_args()
     sessions = [int(s) for s in args.sessions.split(",")]
     with tempfile.TemporaryDirectory(prefix="proxy-bench-") as tmp:
@@ -321,12 +337,14 @@ def main() -> None:
         try:
             targets = start_targets(Path(tmp), processes, args.no_litellm)
             summary = run_cases(targets, sessions, args)
-            summary["long_session"] = long_session_case(targets, args.long_calls)
+            if "long" in args.cases.split(","):
+                summary["long_session"] = long_session_case(targets, args.long_calls)
         finally:
             for process in processes:
                 process.terminate()
                 process.wait(timeout=30)
-    print(f"\nlong session: {summary['long_session']}")
+    if "long_session" in summary:
+        print(f"\nlong session: {summary['long_session']}")
     if args.json:
         print(json.dumps(summary, indent=1))
 

@@ -59,6 +59,17 @@ class Tree:
         return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024
 
 
+def _document(line: bytes) -> dict:
+    """The trajectory document of an export line (newer exports carry each field but `id`
+    and `format_version` as JSON text; older ones the plain document)."""
+    record = orjson.loads(line)
+    plain = ("id", "format_version")
+    return {
+        key: orjson.loads(value) if key not in plain and isinstance(value, str) else value
+        for key, value in record.items()
+    }
+
+
 def write_copies(base_db: Path, src: Path, copies: int, folder: Path) -> list[Path]:
     """`copies` JSONL files, each holding every stored run once under a new id."""
     exported = folder / "base.jsonl"
@@ -68,7 +79,7 @@ def write_copies(base_db: Path, src: Path, copies: int, folder: Path) -> list[Pa
         path = folder / f"copy-{k:02d}.jsonl"
         with exported.open("rb") as lines, path.open("wb") as out:
             for line in lines:
-                doc = orjson.loads(line)
+                doc = _document(line)
                 doc["id"] = ""
                 doc["source"]["run"] = f"{doc['source'].get('run') or 'run'}~copy{k}"
                 out.write(orjson.dumps(doc) + b"\n")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 from pathlib import Path
 
+import orjson
 import pyarrow.parquet as pq
 import pytest
 
@@ -13,6 +14,7 @@ from trajforge.export import export
 from trajforge.importers import import_paths
 from trajforge.schema import Trajectory
 from trajforge.store import Store, TrajectoryFilter
+from trajforge.store.lines import document_of_line
 
 SWE_AGENT_DIR = Path(__file__).parent / "data" / "swe-agent"
 
@@ -75,11 +77,14 @@ def test_parquet_summary_columns_match_the_documents(sample_store: Store, tmp_pa
         assert (row["n_faults"], row["parent_id"]) == (len(traj.faults), None)
 
 
-def test_filtered_exports_copy_stored_documents(sample_store: Store, tmp_path: Path) -> None:
+def test_filtered_exports_hold_the_stored_documents(sample_store: Store, tmp_path: Path) -> None:
     flt = TrajectoryFilter(success=False, environment="tau2-retail")
     out = tmp_path / "failed.jsonl"
     assert export("jsonl", sample_store, out, flt) == sample_store.count(flt) == 2
-    assert out.read_bytes() == b"".join(doc + b"\n" for doc in sample_store.documents(flt))
+    lines = [orjson.loads(line) for line in out.read_bytes().splitlines()]
+    documents = [orjson.loads(doc) for doc in sample_store.documents(flt)]
+    assert [document_of_line(line) for line in lines] == documents
+    assert all(isinstance(line["messages"], str) for line in lines)
     small = tmp_path / "failed.parquet"
     assert export("parquet", sample_store, small, flt) == 2
     assert {r.id for r in sample_store.rows(flt)} == set(pq.read_table(small)["id"].to_pylist())

@@ -17,10 +17,13 @@ from pathlib import Path
 import orjson
 import pytest
 
+import trajforge
 from trajforge.demo import sample_dir
 from trajforge.importers.base import STREAM_THRESHOLD_ENV
 
 RUNS = sample_dir() / "tau-bench/historical_trajectories/gpt-4o-airline.json"
+SOURCE = str(Path(trajforge.__file__).resolve().parents[1])
+"""The child imports the trajforge under test (not whatever the venv has installed)."""
 TARGET_BYTES = 32 * 1024 * 1024
 MB = 1024 * 1024
 
@@ -57,7 +60,7 @@ def write_runs(path: Path, target_bytes: int) -> int:
 def peak_bytes(tmp_path: Path, data: Path, threshold: int) -> tuple[int, int]:
     """(trajectories imported, peak resident bytes) of an import in a fresh process."""
     db = tmp_path / f"{data.stem}-{threshold}.db"
-    env = {"PATH": "/usr/bin:/bin", STREAM_THRESHOLD_ENV: str(threshold)}
+    env = {"PATH": "/usr/bin:/bin", STREAM_THRESHOLD_ENV: str(threshold), "PYTHONPATH": SOURCE}
     result = subprocess.run(
         [sys.executable, "-c", MEASURE, str(db), str(data)],
         capture_output=True,

@@ -2,7 +2,7 @@
 
 Layer order, lowest first (a module may import only from its own layer or a lower one):
 
-    0  core      schema, errors, registry, jsonfile, openai_wire, outputs, version
+    0  core      schema, errors, registry, jsonfile, openai_wire, outputs, version, faultspec
                  (top-level modules)
     1  store
     2  importers, models
@@ -28,7 +28,7 @@ from pathlib import Path
 SRC = Path(__file__).resolve().parents[1] / "src" / "trajforge"
 
 LAYERS: list[set[str]] = [
-    {"schema", "errors", "registry", "jsonfile", "openai_wire", "outputs", "version"},
+    {"schema", "errors", "registry", "jsonfile", "openai_wire", "outputs", "version", "faultspec"},
     {"store"},
     {"importers", "models"},
     {"envs"},
@@ -54,9 +54,7 @@ FORBIDDEN: set[tuple[str, str]] = {
 ALLOWED_UPWARD: set[tuple[str, str]] = set()
 ALLOWED_CYCLE_EDGES: set[tuple[str, str]] = set()
 ALLOWED_FORBIDDEN: set[tuple[str, str]] = set()
-ALLOWED_SQL: set[str] = {
-    "trajforge.proxy.recorder",
-}
+ALLOWED_SQL: set[str] = set()
 
 
 def _unit(module: str) -> str:

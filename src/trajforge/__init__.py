@@ -20,7 +20,7 @@ behind these names are private: import from here or from a subpackage's `__init_
 Layers, lowest first; a module imports only from its own layer or lower ones, and
 subpackages never import each other in a cycle (tests/test_layers.py checks both):
 
-    schema, errors, registry, jsonfile, openai_wire
+    schema, errors, registry, jsonfile, openai_wire, faultspec
     store
     importers, models
     envs

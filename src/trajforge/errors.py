@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from pydantic import ValidationError
 
+    from trajforge.schema import TerminationReason
+
 
 class TrajforgeError(Exception):
     """Base of all trajforge errors."""
@@ -57,8 +59,8 @@ class ToolError(TrajforgeError):
 class EpisodeEnd(TrajforgeError):
     """Ends one episode with a termination reason (not an error of the batch)."""
 
-    def __init__(self, reason: str, message: str = "") -> None:
-        self.reason = reason
+    def __init__(self, reason: TerminationReason, message: str = "") -> None:
+        self.reason: TerminationReason = reason
         super().__init__(message or reason)
 
 

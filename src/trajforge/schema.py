@@ -13,16 +13,63 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ModelWrapValidatorHandler,
+    PrivateAttr,
+    field_serializer,
+    model_validator,
+)
 from pydantic_core import to_json
 
 FORMAT_VERSION = 1
 
 Role = Literal["system", "user", "assistant", "tool"]
 LabelSource = Literal["human", "oracle", "model", "heuristic"]
+
+TerminationReason = Literal[
+    "agent_stop",
+    "user_stop",
+    "env_done",
+    "submitted",
+    "max_steps",
+    "max_tokens",
+    "max_wall_time",
+    "monitor",
+    "handoff",
+    "replay_end",
+    "perturbed",
+    "no_distractor",
+    "error",
+    "model_error",
+    "other",
+]
+"""Why a run stopped: the agent answered with no one to reply (`agent_stop`), the user or the
+environment ended it, the agent submitted, a limit, the failure monitor, a handoff or replay
+point, a deliberate perturbation, a crash, a model call that failed every retry
+(`model_error`); `other`: a harness's own words (kept in
+`Outcome.exit_status`)."""
+TERMINATION_REASONS: tuple[TerminationReason, ...] = get_args(TerminationReason)
+
+EnvFaultKind = Literal["transient", "persistent", "silent"]
+"""Tool faults an environment wrapper injects (see `trajforge.envs.faults`)."""
+UpstreamFaultKind = Literal[
+    "upstream_timeout",
+    "upstream_5xx",
+    "upstream_truncated",
+    "upstream_malformed",
+    "upstream_unreachable",
+]
+"""Model-server faults the recording proxy injects or observes (see `trajforge.proxy`)."""
+FaultKind = Literal[EnvFaultKind, UpstreamFaultKind, "other"]
+"""Every fault kind; `other`: a kind an older version recorded that is no longer known."""
+FAULT_KINDS: tuple[FaultKind, ...] = get_args(EnvFaultKind) + get_args(UpstreamFaultKind)
+"""The kinds a fault spec can name (all but `other`)."""
 
 
 class _Model(BaseModel):
@@ -193,9 +240,32 @@ class Fault(_Model):
     """A fault injected into (or observed in) a tool or the model server: ground truth."""
 
     message_index: int = Field(description="Index of the message that carries the faulty result.")
-    kind: str = Field(description="transient, persistent, silent, or an upstream fault kind.")
+    kind: FaultKind = Field(description="transient, persistent, silent, or an upstream_* kind.")
     tool: str | None = Field(default=None, description="Tool (or endpoint) affected.")
     detail: str | None = Field(default=None, description="What was done: error text, data altered.")
+
+    _recorded_kind: str | None = PrivateAttr(default=None)
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _older_kinds(cls, data: Any, handler: ModelWrapValidatorHandler[Fault]) -> Fault:
+        """A kind no longer in `FaultKind` (written by an older version) loads as `other`;
+        the recorded word is kept (`recorded_kind`) and written back unchanged."""
+        raw = data.get("kind") if isinstance(data, dict) else None
+        if raw is None or raw in FAULT_KINDS or raw == "other":
+            return handler(data)
+        fault = handler({**data, "kind": "other"})
+        fault._recorded_kind = str(raw)
+        return fault
+
+    @property
+    def recorded_kind(self) -> str:
+        """The kind as the document records it (differs from `kind` only for `other`)."""
+        return self._recorded_kind or self.kind
+
+    @field_serializer("kind")
+    def _write_kind(self, kind: str) -> str:
+        return self._recorded_kind if kind == "other" and self._recorded_kind else kind
 
 
 class Label(_Model):
@@ -220,12 +290,42 @@ class Outcome(_Model):
     judged_by: str | None = Field(
         default=None, description="What judged it: swe-bench-harness, tau-bench-reward, env..."
     )
-    termination_reason: str | None = Field(
+    termination_reason: TerminationReason | None = Field(
         default=None, description="Why the run stopped: submitted, max_steps, error, monitor..."
     )
     details: dict[str, Any] = Field(
         default_factory=dict, description="Judge-specific details (test lists, reward info)."
     )
+
+    _exit_status: str | None = PrivateAttr(default=None)
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _harness_words(cls, data: Any, handler: ModelWrapValidatorHandler[Outcome]) -> Outcome:
+        """A harness's own word for how the run ended (or one an older version stored)
+        loads as `submitted` or `other`; the word is kept as `exit_status` and the document
+        keeps it unchanged (so content ids do not move)."""
+        raw = data.get("termination_reason") if isinstance(data, dict) else None
+        if raw is None or raw in TERMINATION_REASONS:
+            return handler(data)
+        outcome = handler({**data, "termination_reason": _reason_for(str(raw))})
+        outcome._exit_status = str(raw)
+        return outcome
+
+    @property
+    def exit_status(self) -> str | None:
+        """The harness's own words, when they are not a `TerminationReason` (e.g.
+        mini-swe-agent's `Submitted`, SWE-agent's `exit_cost`)."""
+        return self._exit_status
+
+    @field_serializer("termination_reason")
+    def _write_reason(self, reason: str | None) -> str | None:
+        recorded = self._exit_status
+        return recorded if recorded and reason == _reason_for(recorded) else reason
+
+
+def _reason_for(word: str) -> TerminationReason:
+    return "submitted" if word.lower().startswith("submitted") else "other"
 
 
 class Task(_Model):

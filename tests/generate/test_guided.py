@@ -233,3 +233,27 @@ def test_a_runner_receives_each_stage_of_the_search_as_one_batch(
     # if any), then intervene-and-replay (3 runs)
     assert runner.sizes[0] == 3 and runner.sizes[-1] == 3
     assert sum(len(r.attempts) for r in report.results) == sum(runner.sizes)
+
+
+def test_a_failed_guidance_call_is_retried_then_recorded_and_the_search_goes_on(
+    failed_run: Trajectory,
+) -> None:
+    refused = {"status": 400, "error": "context too long"}
+    script = [refused, refused, refused, "", _plan_text(failed_run)]
+    with MockOpenAIServer(script) as server:
+        model = OpenAICompatibleModel(OpenAIModelConfig(base_url=server.base_url, model="mock"))
+        recovery = GuidedRecovery(
+            PlanFollower,
+            ScriptedUser,
+            RecoverConfig(sources=["llm"], starts=["start"], llm_rounds=2),
+            proposer=LLMGuidanceProposer(model),
+        )
+        report, _ = recover_runs([failed_run], recovery, {failed_run.id: []})
+        assert len(server.requests) == 5
+    (result,) = report.results
+    (failure,) = result.failed_calls
+    assert failure.startswith("guidance writer: model call failed")
+    assert "context too long" in failure and "(after 3 attempts)" in failure
+    assert report.failed_calls == 1
+    assert result.recovered and result.source == "llm"
+    assert [a.success for a in result.attempts if a.source == "llm"] == [True]

@@ -10,7 +10,14 @@ from typer.testing import CliRunner
 
 from trajforge.cli.main import app
 from trajforge.envs.household import HouseholdEnv
-from trajforge.generate.rft import RFTConfig, chat_message, select, verify_by_replay, write_sft
+from trajforge.generate.rft import (
+    RFTConfig,
+    chat_message,
+    rft_dataset,
+    select,
+    verify_by_replay,
+    write_sft,
+)
 from trajforge.rollout.backends.local import run_local
 from trajforge.rollout.episode import Limits
 from trajforge.rollout.factory import PolicyOptions
@@ -76,3 +83,11 @@ def test_cli_rft_reports_yield(tmp_path: Path) -> None:
     summary = json.loads(result.stdout)
     assert summary["sampled"] == 4 and len(summary["tasks"]) == 2
     assert (tmp_path / "out" / "train.jsonl").exists()
+
+
+def test_rft_dataset_selects_writes_and_summarizes(store, tmp_path: Path) -> None:
+    runs = _sample(store, "noisy-expert", k=2, max_steps=60)
+    result = rft_dataset(runs, "household", tmp_path / "out")
+    kept, report = select(runs, "household")
+    assert result.report == report and result.data.read_text().count("\n") == len(kept)
+    assert result.summary()["kept"] == len(kept) and result.summary()["out"] == str(result.data)

@@ -11,7 +11,7 @@ import pytest
 from trajforge.errors import UserError
 from trajforge.models.mock_server import MockOpenAIServer
 from trajforge.proxy import FaultConfig, ProxyConfig, ProxyServer
-from trajforge.proxy.faults import FaultInjector, parse_fault_spec
+from trajforge.proxy.faults import INJECTED, FaultInjector, upstream_faults
 from trajforge.proxy.session import trajectory_id
 from trajforge.store import Store
 
@@ -100,7 +100,7 @@ def test_client_4xx_is_passed_through_without_a_fault(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("fault", "status", "kind"),
-    [("timeout", 504, "upstream_timeout"), ("5xx", 503, "upstream_5xx")],
+    [("upstream_timeout", 504, "upstream_timeout"), ("upstream_5xx", 503, "upstream_5xx")],
 )
 def test_injected_faults_by_header(tmp_path: Path, fault: str, status: int, kind: str) -> None:
     db = tmp_path / "p.db"
@@ -122,7 +122,7 @@ def test_injected_truncation_cuts_a_stream(tmp_path: Path) -> None:
         MockOpenAIServer(["one two three four five six"]) as upstream,
         ProxyServer(ProxyConfig(upstream=upstream.base_url, faults=FaultConfig()), db) as proxy,
     ):
-        headers = {"X-Trajforge-Fault": "truncate"}
+        headers = {"X-Trajforge-Fault": "upstream_truncated"}
         body = {**REQUEST, "stream": True}
         answer = httpx.post(f"{proxy.base_url}/chat/completions", json=body, headers=headers)
     assert "[DONE]" not in answer.text
@@ -132,19 +132,23 @@ def test_injected_truncation_cuts_a_stream(tmp_path: Path) -> None:
 
 
 def test_fault_draws_are_seeded() -> None:
-    config = parse_fault_spec("timeout=0.2,5xx=0.2,truncate=0.2,seed=3")
+    config = upstream_faults("upstream_timeout:0.2,upstream_5xx:0.2,upstream_truncated:0.2", 3)
     draws, again = FaultInjector(config), FaultInjector(config)
     sequence = [draws.draw({}) for _ in range(200)]
     assert sequence == [again.draw({}) for _ in range(200)]
-    shares = {kind: sequence.count(kind) / 200 for kind in ("timeout", "5xx", "truncate", None)}
-    assert all(0.1 < shares[k] < 0.3 for k in ("timeout", "5xx", "truncate"))
+    shares = {kind: sequence.count(kind) / 200 for kind in (*INJECTED, None)}
+    assert all(0.1 < shares[k] < 0.3 for k in INJECTED)
 
 
 def test_bad_fault_spec_is_a_user_error() -> None:
-    with pytest.raises(UserError, match="unknown fault 'slow'"):
-        parse_fault_spec("slow=0.1")
-    with pytest.raises(UserError, match="needs a number"):
-        parse_fault_spec("timeout=often")
+    with pytest.raises(UserError, match="--faults: unknown fault kind 'slow'"):
+        upstream_faults("slow:0.1")
+    with pytest.raises(UserError, match="bad rate 'often'"):
+        upstream_faults("upstream_timeout:often")
+    with pytest.raises(UserError, match="fault kind 'transient' does not apply to the proxy"):
+        upstream_faults("transient:0.1")
+    with pytest.raises(UserError, match="takes a rate and no @TOOL"):
+        upstream_faults("upstream_5xx")
 
 
 def test_upstream_that_refuses_token_ids_is_asked_without_them(tmp_path: Path) -> None:

@@ -1,17 +1,17 @@
-"""Real harness: mini-swe-agent from PyPI, unchanged, recorded through the proxy.
+"""Real harness: mini-swe-agent from PyPI, unchanged, recorded through the proxy, and in
+its own process (in-process capture, `trajforge capture -- mini ...`).
 
-The harness runs in its own venv (kept in a cache folder outside the repository and reused),
-with its local environment, on a small generated repository, against a scripted mock upstream
-behind the proxy. Without network for the first install this test fails; it never skips.
+The harness runs in its own venv (kept in a cache folder outside the repository and reused;
+`harness_install.py` makes it, and `make test` runs that before the suite), with its local
+environment, on a small generated repository, against a scripted mock upstream behind the
+proxy. Without network for the first install this test fails; it never skips.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -22,34 +22,38 @@ from trajforge.proxy import ProxyConfig, ProxyServer
 from trajforge.proxy.session import trajectory_id
 from trajforge.store import Store
 
-MINI_REQUIREMENT = "mini-swe-agent>=2.4,<2.5"
+from .harness_install import INSTALL_TIMEOUT_S, install_mini
+
+IN_PROCESS_REQUIREMENTS = ["orjson>=3.10"]
+"""What trajforge's capture path needs beyond what mini-swe-agent installs (its source
+comes from this repository, on PYTHONPATH)."""
+SOURCE = Path(__file__).resolve().parents[2] / "src"
 SUBMIT = "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
-
-
-def _cache_dir() -> Path:
-    root = os.environ.get("TRAJFORGE_TEST_CACHE") or Path.home() / ".cache" / "trajforge-tests"
-    return Path(root)
+pytestmark = pytest.mark.timeout(INSTALL_TIMEOUT_S + 300)  # a first install takes minutes
 
 
 @pytest.fixture(scope="session")
 def mini_executable() -> Path:
-    """`mini` from a venv with mini-swe-agent 2.4.x, installed on first use."""
-    venv = _cache_dir() / "mini-swe-agent-2.4"
-    mini, marker = venv / "bin" / "mini", venv / ".installed"
-    if marker.exists() and mini.exists():
-        return mini
-    shutil.rmtree(venv, ignore_errors=True)
-    venv.parent.mkdir(parents=True, exist_ok=True)
-    steps = [
-        [sys.executable, "-m", "venv", str(venv)],
-        [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", MINI_REQUIREMENT],
-    ]
-    for step in steps:
+    """`mini` from a venv with mini-swe-agent 2.4.x (`make test` installs it before the
+    suite; a direct pytest run installs it on first use)."""
+    try:
+        return install_mini()
+    except RuntimeError as exc:
+        pytest.fail(str(exc))
+
+
+@pytest.fixture(scope="session")
+def mini_with_trajforge(mini_executable: Path) -> Path:
+    """The same venv, able to import trajforge from this repository's source."""
+    python = mini_executable.parent / "python"
+    marker = mini_executable.parent.parent / ".inprocess"
+    if not marker.exists():
+        step = [str(python), "-m", "pip", "install", "--quiet", *IN_PROCESS_REQUIREMENTS]
         result = subprocess.run(step, capture_output=True, text=True, timeout=900)
         if result.returncode != 0:
-            pytest.fail(f"could not install {MINI_REQUIREMENT}: {result.stderr[-2000:]}")
-    marker.write_text(MINI_REQUIREMENT + "\n")
-    return mini
+            pytest.fail(f"could not install {IN_PROCESS_REQUIREMENTS}: {result.stderr[-2000:]}")
+        marker.write_text(" ".join(IN_PROCESS_REQUIREMENTS) + "\n")
+    return python
 
 
 def _make_repository(root: Path) -> Path:
@@ -74,7 +78,15 @@ SCRIPT = [
 ]
 
 
-def _run_mini(mini: Path, repo: Path, base_url: str, out: Path, config_dir: Path) -> None:
+def _run_mini(
+    mini: Path,
+    repo: Path,
+    base_url: str,
+    out: Path,
+    config_dir: Path,
+    launcher: list[str] | None = None,
+) -> None:
+    """Run `mini` on `repo` (under `launcher`, a command that takes the program after it)."""
     env = dict(
         os.environ,
         MSWEA_CONFIGURED="true",
@@ -82,8 +94,10 @@ def _run_mini(mini: Path, repo: Path, base_url: str, out: Path, config_dir: Path
         MSWEA_COST_TRACKING="ignore_errors",
         MSWEA_GLOBAL_CONFIG_DIR=str(config_dir),
         MSWEA_SILENT_STARTUP="1",
+        PYTHONPATH=str(SOURCE),
     )
     command = [
+        *(launcher or []),
         str(mini),
         "--model",
         "openai/trajforge-mock",
@@ -140,6 +154,42 @@ def mini_run(tmp_path_factory: pytest.TempPathFactory, mini_executable: Path):
     return repo, db, out
 
 
+@pytest.fixture(scope="module")
+def mini_run_in_process(tmp_path_factory: pytest.TempPathFactory, mini_with_trajforge: Path):
+    """(repository, store) of the same run captured inside mini-swe-agent's own process,
+    talking to the mock server directly."""
+    tmp_path = tmp_path_factory.mktemp("mini-inprocess")
+    repo = _make_repository(tmp_path)
+    db, out = tmp_path / "store.db", tmp_path / "mini.traj.json"
+    mini = mini_with_trajforge.parent / "mini"
+    launcher = [str(mini_with_trajforge), "-m", "trajforge", "capture", "--db", str(db)]
+    launcher += ["--session", "mini-run", "--"]
+    with MockOpenAIServer(SCRIPT) as upstream:
+        _run_mini(mini, repo, upstream.base_url, out, tmp_path / "cfg", launcher)
+    return repo, db
+
+
+def _call_record(call) -> tuple:
+    extra = {k: v for k, v in call.extra.items() if k != "seq"}
+    return (call.message_index, call.prompt_token_ids, call.completion_token_ids, call.logprobs,
+            call.usage, call.error, extra)  # fmt: skip
+
+
+def test_in_process_capture_of_mini_swe_agent_matches_the_proxy(
+    mini_run, mini_run_in_process
+) -> None:
+    repo, db = mini_run_in_process
+    assert "a + b" in (repo / "calc.py").read_text()
+    ours = Store(db).get(trajectory_id("mini-run"))
+    proxied = Store(mini_run[1]).get(trajectory_id("mini-run"))
+    assert ours.source.harness == "inprocess"
+    assert ours.messages == proxied.messages
+    assert [_call_record(c) for c in ours.llm_calls] == [_call_record(c) for c in proxied.llm_calls]
+    assert len(ours.llm_calls) == len(SCRIPT)
+    assert all(c.prompt_token_ids and c.logprobs for c in ours.llm_calls)
+    assert b"sk-mini-test-key" not in db.read_bytes()
+
+
 def test_mini_swe_agent_run_is_recorded_message_for_message(mini_run) -> None:
     repo, db, out = mini_run
     assert "a + b" in (repo / "calc.py").read_text()  # the harness really ran the commands
@@ -177,7 +227,8 @@ def test_mini_swe_agent_2_trajectory_file_imports(mini_run, tmp_path: Path) -> N
     assert traj.source.harness == "mini-swe-agent" and traj.source.format == "mini-swe-agent"
     assert [m.role for m in traj.messages] == [m["role"] for m in theirs["messages"][:-1]]
     assert traj.metadata["exit"] == exit_extra
-    assert traj.outcome.termination_reason == exit_extra["exit_status"] == "Submitted"
+    assert traj.outcome.exit_status == exit_extra["exit_status"] == "Submitted"
+    assert traj.outcome.termination_reason == "submitted"
     assert traj.task.data["submission"] == exit_extra["submission"]
     assert len(traj.llm_calls) == len(SCRIPT)
     assert [c.message_index for c in traj.llm_calls] == [

@@ -8,6 +8,7 @@ from trajforge.agents.expert import ExpertPolicy
 from trajforge.agents.household_teacher import ObservableTeacher
 from trajforge.envs.household import HouseholdEnv, task_for
 from trajforge.envs.household.env import SYSTEM_PROMPT
+from trajforge.envs.household.tools import TOOLS
 from trajforge.generate.guided import (
     GUIDANCE_HEADER,
     GuidedRecovery,
@@ -15,9 +16,13 @@ from trajforge.generate.guided import (
     RecoverConfig,
     recover_runs,
     strip,
+    with_guidance,
 )
 from trajforge.generate.guided.hinted import task_hint
+from trajforge.generate.rft import chat_message
 from trajforge.rollout.episode import Limits, run_episode
+from trajforge.serve.codec import GUIDANCE_HEADER as CODEC_HEADER
+from trajforge.serve.codec import CompactCodec, words
 from trajforge.serve.student import Student
 from trajforge.train.guided import LockstepRunner
 
@@ -72,3 +77,20 @@ def test_guided_recovery_runs_end_to_end_with_a_trained_teacher(student_dir: Pat
         assert provenance["source"] in ("correction", "privileged")
         assert not any(provenance["guidance"] in m.text() for m in demo.messages)
         assert demo.messages[0].text() == SYSTEM_PROMPT
+
+
+def test_the_compact_codec_reads_guidance_and_still_drops_the_system_prompt() -> None:
+    env = HouseholdEnv()
+    task = task_for(3, 1)
+    opening = [chat_message(m) for m in env.reset(task)]
+    hint = task_hint(HouseholdEnv(), task)
+    guided = [chat_message(m) for m in with_guidance(env.reset(task), hint)]
+    codec = CompactCodec.build([(guided, TOOLS)])
+    plain_ids = codec.prompt(opening, TOOLS)
+    guided_ids = codec.prompt(guided, TOOLS)
+    assert codec.pieces(plain_ids)[0] == "<|user|>"  # no system turn without guidance
+    shown = codec.pieces(guided_ids[: len(guided_ids) - len(plain_ids)])
+    assert shown[0] == "<|system|>" and "<|unk|>" not in shown
+    assert " ".join(shown[1:-1]) == " ".join(words(hint.text))
+    assert guided_ids[-len(plain_ids) :] == plain_ids
+    assert CODEC_HEADER == GUIDANCE_HEADER

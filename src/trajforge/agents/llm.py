@@ -1,4 +1,7 @@
-"""The LLM tool-calling policy: any `ChatModel` (an OpenAI-compatible endpoint by default)."""
+"""The LLM tool-calling policy: any `ChatModel` (an OpenAI-compatible endpoint by default).
+
+A model call that fails every attempt of the shared retry policy (`models/retry.py`) ends
+the episode with termination reason `model_error` and the reason in its metadata."""
 
 from __future__ import annotations
 
@@ -6,6 +9,7 @@ from trajforge.agents.base import EpisodeState, PolicyStep
 from trajforge.agents.spec import ForkPoint, PolicyOptions
 from trajforge.models.base import ChatModel
 from trajforge.models.openai_compat import OpenAICompatibleModel
+from trajforge.models.retry import ModelCallFailed, ask_reply
 
 
 class LLMPolicy:
@@ -21,5 +25,9 @@ class LLMPolicy:
         return cls(OpenAICompatibleModel(options.endpoint()))
 
     def act(self, state: EpisodeState) -> PolicyStep:
-        reply = self.model.complete(state.messages, state.tools or None)
-        return PolicyStep(message=reply.message, llm_call=reply.call)
+        """The model's next message (the shared retry policy; `ModelCallFailed` ends the
+        episode when every attempt failed)."""
+        asked = ask_reply(self.model, state.messages, state.tools or None)
+        if asked.value is None:
+            raise ModelCallFailed(f"agent model: {asked.failure}")
+        return PolicyStep(message=asked.value.message, llm_call=asked.value.call)

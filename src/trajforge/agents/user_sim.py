@@ -19,6 +19,7 @@ from pydantic import BaseModel, Field
 from trajforge.agents.base import EpisodeState
 from trajforge.envs.base import USER_STOP, Oracle, UserFacts
 from trajforge.models.base import ChatModel
+from trajforge.models.retry import ModelCallFailed, ask_reply
 from trajforge.schema import Message, Task
 
 IDENTIFY_WORDS = ("user id", "email", "zip", "your name", "full name", "identify", "verify")
@@ -120,8 +121,10 @@ class LLMUser:
         prompt = self.config.prompt.format(instruction=task.instruction or "", stop=USER_STOP)
         history = [Message(role="system", content=prompt), _user(self.config.greeting)]
         history += [_swap(m) for m in messages if _spoken(m)]
-        reply = self.model.complete(history, None)
-        return Message(role="user", content=reply.message.text())
+        asked = ask_reply(self.model, history, None)
+        if asked.value is None:
+            raise ModelCallFailed(f"user model: {asked.failure}")
+        return Message(role="user", content=asked.value.message.text())
 
 
 def _spoken(message: Message) -> bool:

@@ -131,17 +131,19 @@ def diagnose_command(
 
 
 def _run(db, flt, make_localizer, json_out) -> None:
-    from trajforge.diagnose.run import diagnose_runs, select_failures
-    from trajforge.diagnose.storage import save_diagnoses
+    from trajforge.diagnose.run import diagnose_store
 
     localizer = make_localizer()
     method = localizer.name
-    with open_store(db) as store:
-        runs = select_failures(store, flt)
-        with progress_bar(json_out) as progress:
-            bar = progress.add_task(f"diagnosing ({method})", total=len(runs))
-            diagnoses = diagnose_runs(runs, localizer, on_run=lambda _: progress.advance(bar))
-        save_diagnoses(store, diagnoses)
+    with open_store(db) as store, progress_bar(json_out) as progress:
+        bar = progress.add_task(f"diagnosing ({method})", total=None)
+        diagnoses = diagnose_store(
+            store,
+            flt,
+            localizer,
+            on_run=lambda _: progress.advance(bar),
+            on_selected=lambda count: progress.update(bar, total=count),
+        )
     if json_out:
         print_json([d.summary() for d in diagnoses])
         return

@@ -23,6 +23,7 @@ COMMANDS = {
     "schema": "trajforge.cli.report:schema_command",
     "mock-server": "trajforge.cli.proxy:mock_server_command",
     "proxy": "trajforge.cli.proxy:proxy_command",
+    "capture": "trajforge.cli.capture:capture_command",
     "outcome": "trajforge.cli.outcome:outcome_command",
     "diagnose": "trajforge.cli.diagnose:app",
     "monitor": "trajforge.cli.monitor:app",

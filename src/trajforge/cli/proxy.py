@@ -90,12 +90,20 @@ def proxy_command(
         ),
     ] = None,
     faults: Annotated[
-        str | None,
+        list[str] | None,
         typer.Option(
             "--faults",
-            help="Inject upstream faults, e.g. 'timeout=0.1,5xx=0.1,truncate=0.05,seed=7'.",
+            help="Inject upstream faults, KIND:RATE with KIND upstream_timeout, upstream_5xx or "
+            "upstream_truncated, e.g. 'upstream_timeout:0.1,upstream_5xx:0.05'; repeatable.",
         ),
     ] = None,
+    fault_seed: Annotated[
+        int, typer.Option("--fault-seed", help="Seed of the fault draws (same seed, same faults).")
+    ] = 0,
+    fault_delay: Annotated[
+        float,
+        typer.Option("--fault-delay", min=0, help="Seconds an injected timeout waits first."),
+    ] = 0.0,
     monitor: Annotated[
         Path | None,
         typer.Option(
@@ -131,7 +139,7 @@ def proxy_command(
 ) -> None:
     """Record every call of an unmodified harness: point its base URL at this proxy."""
     from trajforge.proxy import ProxyConfig, build_proxy_app
-    from trajforge.proxy.faults import parse_fault_spec
+    from trajforge.proxy.faults import upstream_faults
 
     if not upstream.startswith(("http://", "https://")):
         raise UserError(f"--upstream must be an http:// or https:// URL, got '{upstream}'")
@@ -141,7 +149,7 @@ def proxy_command(
         upstream=upstream,
         token=token,
         upstream_api_key=upstream_key,
-        faults=parse_fault_spec(faults) if faults else None,
+        faults=upstream_faults(faults, fault_seed, fault_delay) if faults else None,
         monitor=_monitor_config(monitor, monitor_loss, monitor_threshold),
         timeout_s=upstream_timeout,
         max_body_bytes=max_body,

@@ -104,6 +104,20 @@ def recover_command(
         + (f"; demos in {out}" if out else ""),
         markup=False,
     )
+    _print_failed_calls(report)
+
+
+def _print_failed_calls(report) -> None:
+    """How many model calls failed every retry, and why (the search went on without them)."""
+    if not report.failed_calls:
+        return
+    console.print(
+        f"{report.failed_calls} model calls failed after retries (the search went on):",
+        markup=False,
+    )
+    for result in report.results:
+        for failure in result.failed_calls:
+            console.print(f"  {result.trajectory_id}: {failure}", markup=False, highlight=False)
 
 
 def _table(report) -> Table:

@@ -47,7 +47,8 @@ def rl_command(
             raise UserError("give --base CHECKPOINT (or --resume)")
         config = RLConfig(
             iterations=iterations, tasks_per_iteration=tasks, group_size=group,
-            reward=reward, lr=lr, kl_coef=kl, max_steps=max_steps, eval_every=eval_every,
+            reward="process" if reward == "process" else "outcome",
+            lr=lr, kl_coef=kl, max_steps=max_steps, eval_every=eval_every,
             eval_tasks=eval_tasks, concurrency=concurrency, seed=seed,
             early_stop_after=early_stop_after,
         )  # fmt: skip

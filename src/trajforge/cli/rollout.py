@@ -22,8 +22,8 @@ from trajforge.cli.common import (
     print_json,
 )
 from trajforge.envs.faults import check_tools, parse_fault_spec
-from trajforge.evaluate.robustness import BASELINE, ConditionReport, KindReport, robustness_report
-from trajforge.generate.rft import RFTConfig, select, totals, write_sft
+from trajforge.evaluate.robustness import ConditionReport, KindReport, run_robustness
+from trajforge.generate.rft import RFTConfig, rft_dataset
 from trajforge.rollout.backends import BACKENDS
 from trajforge.rollout.episode import Limits
 from trajforge.rollout.factory import AgentSpec, PolicyOptions, build, make_env
@@ -242,16 +242,15 @@ def rft_command(
     config = build_config(env, tasks, policy, k, None, seed, limits, options, run="rft")
     _, episodes = execute(config, db, backend, concurrency, show=not json_out)
     trajs = [episode.trajectory() for episode in episodes]
-    kept, report = select(trajs, env, RFTConfig(similarity=similarity))
-    data = write_sft(kept, report, out)
-    summary = {"out": str(data), **totals(report), "tasks": [r.model_dump() for r in report]}
+    result = rft_dataset(trajs, env, out, RFTConfig(similarity=similarity))
+    summary = result.summary()
     if json_out:
         print_json(summary)
         return
-    table = Table(title=f"RFT yield → {data}")
+    table = Table(title=f"RFT yield → {result.data}")
     for column in ("task", "sampled", "successes", "verified", "kept"):
         table.add_column(column, justify="left" if column == "task" else "right")
-    for row in report:
+    for row in result.report:
         table.add_row(
             row.task, *(str(v) for v in (row.sampled, row.successes, row.verified, row.kept))
         )
@@ -290,13 +289,12 @@ def robustness_command(
     options = policy_options(error_rate, base_url, llm_model, api_key, temperature)
     limits = Limits(max_steps=max_steps)
     base = build_config(env, tasks, policy, n, None, seed, limits, options, run="robustness")
-    runs: dict[str, list[Trajectory]] = {}
-    for condition in [BASELINE, *conditions]:
-        spec = [] if condition == BASELINE else [condition]
-        config = base.model_copy(update={"faults": spec})
+
+    def run(config: RolloutConfig) -> list[Trajectory]:
         episodes = execute(config, db, backend, concurrency, show=not json_out)[1]
-        runs[condition] = [episode.trajectory() for episode in episodes]
-    reports = robustness_report(runs)
+        return [episode.trajectory() for episode in episodes]
+
+    reports = run_robustness(base, conditions, run)
     if json_out:
         print_json([r.model_dump(mode="json") for r in reports])
         return

@@ -7,7 +7,7 @@ from typing import Any
 from trajforge.cli.rollout import print_summary, robustness_table
 from trajforge.envs import make_env
 from trajforge.errors import UserError
-from trajforge.evaluate.robustness import BASELINE, robustness_report
+from trajforge.evaluate.robustness import run_robustness
 from trajforge.rollout.backends.local import run_local
 from trajforge.rollout.episode import Limits
 from trajforge.rollout.runner import RolloutConfig, run_batch
@@ -41,10 +41,7 @@ def demo_step(ctx: Any) -> None:
         ctx.console.print(f"[bold]{env}[/] · noisy-expert · faults {faults}")
         print_summary(summary, ctx.console)
         ctx.results[f"rollout:{env}"] = summary
-    runs = {}
-    for condition in (BASELINE, *CONDITIONS):
-        kinds = [] if condition == BASELINE else [condition]
-        runs[condition] = run_batch(_config("household", "6", kinds, n=2), ctx.store, run_local)[1]
-    reports = robustness_report(runs)
+    base = _config("household", "6", [], n=2)
+    reports = run_robustness(base, CONDITIONS, lambda c: run_batch(c, ctx.store, run_local)[1])
     ctx.console.print(robustness_table(reports))
     ctx.results["robustness"] = reports

@@ -103,9 +103,14 @@ def diagnose_store(
     localizer: Localizer,
     on_run: Progress | None = None,
     save: bool = True,
+    on_selected: Callable[[int], object] | None = None,
 ) -> list[Diagnosis]:
-    """Diagnose the failed runs matching `flt` and store the diagnoses together."""
-    diagnoses = diagnose_runs(select_failures(store, flt), localizer, on_run)
+    """Diagnose the failed runs matching `flt` and store the diagnoses together;
+    `on_selected` hears how many runs were selected, `on_run` each one diagnosed."""
+    runs = select_failures(store, flt)
+    if on_selected is not None:
+        on_selected(len(runs))
+    diagnoses = diagnose_runs(runs, localizer, on_run)
     if save:
         save_diagnoses(store, diagnoses)
     return diagnoses

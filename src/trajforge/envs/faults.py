@@ -11,7 +11,8 @@ Three kinds, as deployed tools fail:
   environment-specific corruption when the environment offers `silent_result`, else the
   stale result of an earlier call of the same tool, else an empty result.
 
-A spec is `KIND[:RATE][@TOOL,TOOL...]`; several rules are separated by commas. Every fault
+A spec is `KIND[:RATE][@TOOL,TOOL...]` (the grammar of `trajforge.faultspec`, shared with the
+proxy's upstream faults); several rules are separated by commas. Every fault
 sets `StepResult.fault`, which the episode loop records as a `Fault` at the tool message's
 index. The injector is seeded per episode: the same seed gives the same faults.
 """
@@ -19,64 +20,29 @@ index. The injector is seeded per episode: the same seed gives the same faults.
 from __future__ import annotations
 
 import random
-import re
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Protocol, get_args, runtime_checkable
 
 from pydantic import BaseModel, Field
 
 from trajforge.envs.base import Environment, StepResult
 from trajforge.errors import UserError
-from trajforge.schema import Message, Outcome, Task, ToolCall
+from trajforge.faultspec import FaultRule, FaultSpec, parse_fault_spec
+from trajforge.schema import EnvFaultKind, Message, Outcome, Task, ToolCall
 
-FaultKind = Literal["transient", "persistent", "silent"]
-FAULT_KINDS: tuple[FaultKind, ...] = ("transient", "persistent", "silent")
-DEFAULT_RATES = {"transient": 0.2, "silent": 0.1}
-SPEC_HELP = (
-    "a fault spec is KIND[:RATE][@TOOL,TOOL...] with KIND one of transient, persistent, "
-    "silent; RATE a probability in [0, 1] or, for transient, a schedule like #3+5; several "
-    "rules separated by commas (e.g. 'transient:0.2', 'persistent@search', 'silent:0.1')"
-)
-_RULE = re.compile(r"^(?P<kind>[A-Za-z_-]+)(?::(?P<rate>[^@]*))?(?:@(?P<tool>.*))?$")
-
-
-class FaultRule(BaseModel):
-    """One rule of a fault spec."""
-
-    kind: FaultKind = Field(description="transient, persistent or silent.")
-    rate: float | None = Field(
-        default=None, ge=0.0, le=1.0, description="Chance per call (per tool for persistent)."
-    )
-    schedule: list[int] = Field(
-        default_factory=list, description="Transient only: 1-based numbers of failing calls."
-    )
-    tools: list[str] = Field(default_factory=list, description="Affected tools (empty: all).")
-
-    def applies_to(self, tool: str) -> bool:
-        return not self.tools or tool in self.tools
-
-    def spec(self) -> str:
-        text: str = self.kind
-        if self.schedule:
-            text += ":#" + "+".join(str(n) for n in self.schedule)
-        elif self.rate is not None:
-            text += f":{self.rate:g}"
-        if self.tools:
-            text += "@" + ",".join(self.tools)
-        return text
-
-
-class FaultSpec(BaseModel):
-    """A parsed fault spec: the rules, applied in order persistent, transient, silent."""
-
-    rules: list[FaultRule] = Field(default_factory=list, description="The rules.")
-
-    def spec(self) -> str:
-        """The canonical text form (parsing it gives the same spec)."""
-        return ",".join(rule.spec() for rule in self.rules)
+__all__ = [
+    "FaultRule",
+    "FaultSpec",
+    "FaultyEnvironment",
+    "check_tools",
+    "parse_fault_spec",
+    "with_faults",
+]
+ENV_FAULT_KINDS: tuple[EnvFaultKind, ...] = get_args(EnvFaultKind)
 
 
 def check_tools(spec: FaultSpec, env: Environment) -> None:
     """UserError when a rule names a tool the environment does not have."""
+    spec.require(ENV_FAULT_KINDS, "environments")
     names = [tool["function"]["name"] for tool in env.tools]
     for rule in spec.rules:
         unknown = [tool for tool in rule.tools if tool not in names]
@@ -85,64 +51,6 @@ def check_tools(spec: FaultSpec, env: Environment) -> None:
                 f"fault rule '{rule.spec()}' names unknown tool(s) {', '.join(unknown)}; "
                 f"environment '{env.name}' has: {', '.join(names)}"
             )
-
-
-def parse_fault_spec(texts: str | list[str] | None) -> FaultSpec:
-    """Parse one spec or several (repeated `--faults`); raises UserError on bad input."""
-    if texts is None:
-        return FaultSpec()
-    items = [texts] if isinstance(texts, str) else list(texts)
-    rules: list[FaultRule] = []
-    for text in items:
-        for token in (part.strip() for part in text.split(",")):
-            if not token:
-                raise UserError(f"empty rule in fault spec '{text}'; {SPEC_HELP}")
-            _add_token(rules, token, text)
-    return FaultSpec(rules=rules)
-
-
-def _add_token(rules: list[FaultRule], token: str, text: str) -> None:
-    match = _RULE.match(token)
-    if match is None:
-        raise UserError(f"malformed fault rule '{token}' in '{text}'; {SPEC_HELP}")
-    kind = next((k for k in FAULT_KINDS if k == match.group("kind")), None)
-    if kind is not None:
-        rules.append(_rule(kind, match.group("rate"), match.group("tool"), text))
-        return
-    bare = match.group("rate") is None and match.group("tool") is None
-    if bare and rules and rules[-1].tools:  # `persistent@a,b`: b continues the tool list
-        rules[-1].tools.append(token)
-        return
-    raise UserError(f"unknown fault kind '{match.group('kind')}' in '{text}'; {SPEC_HELP}")
-
-
-def _rule(kind: FaultKind, rate: str | None, tool: str | None, text: str) -> FaultRule:
-    if tool is not None and not tool.strip():
-        raise UserError(f"fault rule in '{text}' has '@' but no tool; {SPEC_HELP}")
-    tools = [tool.strip()] if tool else []
-    if rate is None:
-        return FaultRule(kind=kind, rate=DEFAULT_RATES.get(kind), tools=tools)
-    if rate.startswith("#"):
-        if kind != "transient":
-            raise UserError(f"only transient faults take a schedule: '{text}'; {SPEC_HELP}")
-        return FaultRule(kind=kind, schedule=_schedule(rate, text), tools=tools)
-    try:
-        value = float(rate)
-    except ValueError:
-        raise UserError(f"bad rate '{rate}' in '{text}'; {SPEC_HELP}") from None
-    if not 0.0 <= value <= 1.0:
-        raise UserError(f"rate {rate} in '{text}' is outside [0, 1]; {SPEC_HELP}")
-    return FaultRule(kind=kind, rate=value, tools=tools)
-
-
-def _schedule(rate: str, text: str) -> list[int]:
-    try:
-        numbers = sorted({int(n) for n in rate[1:].split("+")})
-    except ValueError:
-        raise UserError(f"bad schedule '{rate}' in '{text}'; {SPEC_HELP}") from None
-    if not numbers or numbers[0] < 1:
-        raise UserError(f"schedule '{rate}' in '{text}' must count calls from 1; {SPEC_HELP}")
-    return numbers
 
 
 @runtime_checkable
@@ -172,7 +80,7 @@ class FaultyEnvironment:
 
     def __init__(self, inner: Environment, spec: FaultSpec, seed: int = 0) -> None:
         self.inner = inner
-        self.spec = spec
+        self.spec = spec.require(ENV_FAULT_KINDS, "environments")
         self.seed = seed
         self.name = inner.name
         self.rng = random.Random(seed)

@@ -13,10 +13,12 @@ For every condition (a fault spec, and the baseline without faults):
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable, Sequence
 from math import comb
 
 from pydantic import BaseModel, Field
 
+from trajforge.rollout.runner import RolloutConfig
 from trajforge.schema import Trajectory
 
 BASELINE = "none"
@@ -91,3 +93,19 @@ def robustness_report(conditions: dict[str, list[Trajectory]]) -> list[Condition
     """Reports for each condition; `conditions[BASELINE]` pairs episodes for recovery."""
     baseline = {_twin_key(t): bool(t.outcome.success) for t in conditions.get(BASELINE, [])}
     return [condition_report(name, trajs, baseline) for name, trajs in conditions.items()]
+
+
+BatchRunner = Callable[[RolloutConfig], list[Trajectory]]
+"""Runs one batch and returns its trajectories (with a progress bar, on a backend...)."""
+
+
+def run_robustness(
+    base: RolloutConfig, conditions: Sequence[str], run: BatchRunner
+) -> list[ConditionReport]:
+    """The tasks and seeds of `base` without faults (`BASELINE`) and under each condition
+    (a fault spec), run by `run`; the report compares every condition with its twin runs."""
+    runs: dict[str, list[Trajectory]] = {}
+    for condition in [BASELINE, *conditions]:
+        faults = [] if condition == BASELINE else [condition]
+        runs[condition] = run(base.model_copy(update={"faults": faults}))
+    return robustness_report(runs)

@@ -1,4 +1,4 @@
-"""JSONL (exact round trip) and Parquet (analytics) exports.
+"""JSONL (exact round trip, one schema per line for `datasets`) and Parquet (analytics).
 
 Both write to a temporary file beside the target and rename it into place, so a failed export
 never leaves a half-written file.
@@ -12,6 +12,7 @@ from pathlib import Path
 
 from trajforge.outputs import atomic_output
 from trajforge.store import Store, TrajectoryFilter
+from trajforge.store.lines import line_of_document
 
 
 def atomic_path(out: Path) -> AbstractContextManager[Path]:
@@ -20,12 +21,13 @@ def atomic_path(out: Path) -> AbstractContextManager[Path]:
 
 
 def write_jsonl(store: Store, flt: TrajectoryFilter, out: Path) -> int:
-    """One trajectory document per line, copied as stored; `trajforge import` reads it back
-    exactly."""
+    """One trajectory per line in the export's line shape (`store.lines`: `id` and
+    `format_version` as they are, every other field as JSON text), so every line has the
+    same keys and types; `trajforge import` reads it back exactly."""
     count = 0
     with atomic_path(out) as tmp, tmp.open("wb") as handle:
         for document in store.documents(flt):
-            handle.write(document)
+            handle.write(line_of_document(document))
             handle.write(b"\n")
             count += 1
     return count

@@ -162,3 +162,23 @@ def totals(report: list[TaskYield]) -> dict[str, Any]:
         "kept": kept,
         "yield": round(kept / sampled, 4) if sampled else 0.0,
     }
+
+
+class RFTResult(BaseModel):
+    """What an RFT selection wrote and kept."""
+
+    data: Path = Field(description="The SFT file written (train.jsonl).")
+    report: list[TaskYield] = Field(description="Yield per task.")
+
+    def summary(self) -> dict[str, Any]:
+        """Output path, totals and the per-task yield, as the command reports them."""
+        tasks = [r.model_dump() for r in self.report]
+        return {"out": str(self.data), **totals(self.report), "tasks": tasks}
+
+
+def rft_dataset(
+    trajs: list[Trajectory], env_name: str, out: Path, config: RFTConfig | None = None
+) -> RFTResult:
+    """Keep the verified, non-duplicate successes of sampled runs and write them as SFT."""
+    kept, report = select(trajs, env_name, config or RFTConfig())
+    return RFTResult(data=write_sft(kept, report, out), report=report)

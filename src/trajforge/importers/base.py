@@ -62,8 +62,9 @@ def read_skeleton(path: Path) -> bytes | None:
     first (a Who&When `history` before `question_ID`) the keys that say what the file is
     lie beyond the head. The skeleton is the whole document with every string cut to
     `SKELETON_TEXT` characters and every array to its first `SKELETON_ITEMS` items, written
-    back as JSON: every key of the file's top levels is in it, whatever its position. Files
-    that are not one JSON document (or not readable) give None.
+    back as JSON: every key of the file's top levels is in it, whatever its position (the
+    values after an object's first `SKELETON_KEYS` are left out). Files that are not one
+    JSON document (or not readable) give None.
     """
     try:
         data = _skeleton(load_json_for_detection(path), 0)
@@ -97,13 +98,20 @@ def _stream_document(path: Path) -> object:
 
 
 SKELETON_DEPTH = 64
+SKELETON_KEYS = 64
+"""An object keeps all its keys, but only its first `SKELETON_KEYS` values are walked (the
+others become null): a map keyed by ids (a tau-bench `reservations.json`, a tau2 `db.json`)
+has thousands of records, and walking them all made detection a tenth of an import."""
 
 
 def _skeleton(value: object, depth: int) -> object:
     if depth > SKELETON_DEPTH:
         return None
     if isinstance(value, dict):
-        return {str(k): _skeleton(v, depth + 1) for k, v in value.items()}
+        return {
+            str(k): _skeleton(v, depth + 1) if i < SKELETON_KEYS else None
+            for i, (k, v) in enumerate(value.items())
+        }
     if isinstance(value, list):
         return [_skeleton(v, depth + 1) for v in value[:SKELETON_ITEMS]]
     if isinstance(value, str):

@@ -1,4 +1,4 @@
-"""Importing files and folders into a store: one transaction per file."""
+"""Importing files and folders into a store: each file all or nothing, committed in groups."""
 
 from __future__ import annotations
 
@@ -168,6 +168,12 @@ def import_paths(
     return import_jobs(store, jobs, report, on_file, overrides)
 
 
+COMMIT_BYTES = 8_000_000
+"""Files are committed in groups of about this many bytes: each commit of the full-text
+index writes and merges index segments, which cost more than indexing the text itself when
+every small file was its own transaction."""
+
+
 def import_jobs(
     store: Store,
     jobs: list[tuple[Path, Importer]],
@@ -175,23 +181,57 @@ def import_jobs(
     on_file: Callable[[FileResult], None] | None = None,
     overrides: SourceOverrides | None = None,
 ) -> ImportReport:
-    """Run planned (path, importer) jobs, adding one `FileResult` per file to `report`."""
+    """Run planned (path, importer) jobs, adding one `FileResult` per file to `report`.
+
+    Each file is all or nothing (its own savepoint); files are committed in groups
+    (`COMMIT_BYTES`), and a file is reported (`on_file`) once its group has committed.
+    """
     overrides = overrides or SourceOverrides()
     with store.bulk_writes():
-        for path, imp in jobs:
-            result = FileResult(path=str(path), format=imp.name)
-            runs = _Counted(overrides.apply(imp.read(path)))
-            try:
-                result.added, result.duplicates = store.add_many(runs)
-            except UserError as exc:
-                result.error = str(exc)
-            except (PydanticSerializationError, RecursionError):
-                problem = "cannot store the run: a value is nested too deeply"
-                result.error = str(InputError(str(path), problem, runs.count - 1))
-            report.files.append(result)
-            if on_file:
-                on_file(result)
+        for group in _commit_groups(jobs):
+            with store.transaction():
+                results = [_import_file(store, path, imp, overrides) for path, imp in group]
+            for result in results:
+                report.files.append(result)
+                if on_file:
+                    on_file(result)
     return report
+
+
+def _import_file(store: Store, path: Path, imp: Importer, overrides: SourceOverrides) -> FileResult:
+    result = FileResult(path=str(path), format=imp.name)
+    runs = _Counted(overrides.apply(imp.read(path)))
+    try:
+        with store.savepoint():
+            result.added, result.duplicates = store.add_many(runs)
+    except UserError as exc:
+        result.error = str(exc)
+    except (PydanticSerializationError, RecursionError):
+        problem = "cannot store the run: a value is nested too deeply"
+        result.error = str(InputError(str(path), problem, runs.count - 1))
+    return result
+
+
+def _commit_groups(
+    jobs: list[tuple[Path, Importer]],
+) -> Iterator[list[tuple[Path, Importer]]]:
+    group: list[tuple[Path, Importer]] = []
+    size = 0
+    for path, imp in jobs:
+        group.append((path, imp))
+        size += _file_size(path)
+        if size >= COMMIT_BYTES:
+            yield group
+            group, size = [], 0
+    if group:
+        yield group
+
+
+def _file_size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0  # reading it will report why
 
 
 class _Counted(Iterator[Trajectory]):

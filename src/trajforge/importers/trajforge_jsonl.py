@@ -1,6 +1,8 @@
-"""trajforge's own JSONL export: one `Trajectory` document per line (exact round trip).
+"""trajforge's own JSONL export: one trajectory per line (exact round trip).
 
-Message indices are the schema's own, so nothing needs mapping.
+A line is in the export's line shape (`store.lines`: fields other than `id` and
+`format_version` as JSON text) or, from older exports, the plain document. Message indices
+are the schema's own, so nothing needs mapping.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from pydantic import ValidationError
 from trajforge.errors import InputError
 from trajforge.importers.base import first_line_has_keys, iter_jsonl
 from trajforge.schema import FORMAT_VERSION, Trajectory
+from trajforge.store.lines import LineError, document_of_line
 
 
 class TrajforgeJsonlImporter:
@@ -39,6 +42,10 @@ def _validate(path: Path, number: int, record: object) -> Trajectory:
         raise InputError(
             str(path), f"format version {version} is newer than {FORMAT_VERSION}", where
         )
+    try:
+        record = document_of_line(record)
+    except LineError as exc:
+        raise InputError(str(path), str(exc), where) from None
     try:
         return Trajectory.model_validate(record)
     except ValidationError as exc:

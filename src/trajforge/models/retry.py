@@ -4,6 +4,8 @@
 that errors (connection, HTTP status) or a reply `parse` rejects counts as one failed attempt.
 After the last attempt it returns the reason instead of raising, so a batch records the
 failure with its reason beside that item and continues; callers count and report failures.
+`ask_reply` is the same for callers that keep the whole reply (the call record too): an
+agent or a user simulator, whose episode then ends with `ModelCallFailed`.
 """
 
 from __future__ import annotations
@@ -12,11 +14,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from trajforge.models.base import ChatModel
-from trajforge.schema import Message
+from trajforge.errors import EpisodeEnd
+from trajforge.models.base import ChatModel, ModelReply
+from trajforge.schema import Message, TerminationReason
 
 T = TypeVar("T")
 ATTEMPTS = 3
+MODEL_ERROR: TerminationReason = "model_error"
+"""The termination reason of an episode whose model call failed every attempt."""
 
 
 @dataclass
@@ -27,12 +32,42 @@ class Asked(Generic[T]):
     failure: str | None = None
 
 
+class ModelCallFailed(EpisodeEnd):
+    """Ends an episode whose agent or user model failed every attempt (termination reason
+    `model_error`; the episode keeps `failure` in `metadata["model_failure"]`)."""
+
+    def __init__(self, failure: str) -> None:
+        self.failure = failure
+        super().__init__(MODEL_ERROR, failure)
+
+
 def ask_parsed(
     model: ChatModel,
     messages: list[Message],
     tools: list[dict[str, Any]] | None,
     parse: Callable[[Message], T | None],
     attempts: int = ATTEMPTS,
+) -> Asked[T]:
+    """The first reply `parse` accepts (its result), or the reason none was."""
+    return _ask(model, messages, tools, lambda reply: parse(reply.message), attempts)
+
+
+def ask_reply(
+    model: ChatModel,
+    messages: list[Message],
+    tools: list[dict[str, Any]] | None,
+    attempts: int = ATTEMPTS,
+) -> Asked[ModelReply]:
+    """The first reply of a call that did not fail, or the reason every call failed."""
+    return _ask(model, messages, tools, lambda reply: reply, attempts)
+
+
+def _ask(
+    model: ChatModel,
+    messages: list[Message],
+    tools: list[dict[str, Any]] | None,
+    parse: Callable[[ModelReply], T | None],
+    attempts: int,
 ) -> Asked[T]:
     import openai
 
@@ -43,7 +78,7 @@ def ask_parsed(
         except (openai.APIConnectionError, openai.APIStatusError) as exc:
             reason = f"model call failed: {exc}"
             continue
-        value = parse(reply.message)
+        value = parse(reply)
         if value is not None:
             return Asked(value)
         shown = reply.message.text() or str(reply.message.tool_calls)

@@ -29,9 +29,9 @@ from trajforge.errors import EpisodeEnd, UserError
 from trajforge.monitor.detectors import Detector
 from trajforge.monitor.modelfile import load_detector
 from trajforge.monitor.scoring import IncrementalRisk
-from trajforge.schema import Trajectory
+from trajforge.schema import TerminationReason, Trajectory
 
-MONITOR_REASON = "monitor"
+MONITOR_REASON: TerminationReason = "monitor"
 
 
 class SessionMonitor:

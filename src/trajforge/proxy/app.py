@@ -195,12 +195,14 @@ class RecordingProxy:
                 await self.record(context, 499, error="client left before the answer")
                 return Response(status_code=499)
             if context.stream:
-                return relay_stream(self, context, answer, asked, truncate=fault == "truncate")
+                return relay_stream(
+                    self, context, answer, asked, truncate=fault == "upstream_truncated"
+                )
             data = answer
         except UpstreamError as error:
             await self.record(context, error.status, error=error.message, fault=error.fault)
             return JSONResponse(error.body, status_code=error.status)
-        if fault == "truncate":
+        if fault == "upstream_truncated":
             return await self._truncated_plain(context, data, asked)
         await self.record(context, 200, response=data, tokens=tokens_of(data))
         return _JSON(for_client(data, asked))
@@ -250,10 +252,10 @@ class RecordingProxy:
         return refusal_response(message)
 
     async def _inject_early(self, fault: str | None) -> None:
-        if fault == "timeout" and self.faults is not None:
+        if fault == "upstream_timeout" and self.faults is not None:
             await asyncio.sleep(self.faults.config.timeout_delay_s)
             raise observed(504, "upstream_timeout", "upstream timed out", injected=True)
-        if fault == "5xx":
+        if fault == "upstream_5xx":
             raise observed(503, "upstream_5xx", "upstream answered 503", injected=True)
 
     async def _truncated_plain(self, context: CallContext, data: dict, asked: ClientAsked):

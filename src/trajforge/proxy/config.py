@@ -26,7 +26,7 @@ class FaultConfig(BaseModel):
     header_override: bool = Field(
         default=True,
         description="Let a client force one fault with the header X-Trajforge-Fault "
-        "(timeout, 5xx or truncate): for targeted robustness tests.",
+        "(upstream_timeout, upstream_5xx or upstream_truncated): for targeted robustness tests.",
     )
 
 

@@ -7,34 +7,39 @@ import threading
 from collections.abc import Mapping
 
 from trajforge.errors import UserError
+from trajforge.faultspec import parse_fault_spec
 from trajforge.proxy.config import FaultConfig
+from trajforge.schema import UpstreamFaultKind
 
-FAULT_KINDS = ("timeout", "5xx", "truncate")
+INJECTED: tuple[UpstreamFaultKind, ...] = ("upstream_timeout", "upstream_5xx", "upstream_truncated")
+"""The upstream faults the proxy can inject (the others are only observed)."""
 FAULT_HEADER = "x-trajforge-fault"
-_SPEC_KEYS = {
-    "timeout": "timeout",
-    "5xx": "server_error",
-    "truncate": "truncate",
-    "delay": "timeout_delay_s",
-    "seed": "seed",
-}
 
 
-def parse_fault_spec(spec: str) -> FaultConfig:
-    """A `FaultConfig` from `timeout=0.1,5xx=0.05,truncate=0.05,delay=1,seed=7`."""
-    values: dict[str, float | int] = {}
-    for item in filter(None, (part.strip() for part in spec.split(","))):
-        name, _, number = item.partition("=")
-        if name not in _SPEC_KEYS:
-            raise UserError(f"--faults: unknown fault '{name}'; known: {', '.join(_SPEC_KEYS)}")
-        try:
-            values[_SPEC_KEYS[name]] = int(number) if name == "seed" else float(number)
-        except ValueError:
-            raise UserError(f"--faults: '{item}' needs a number after '='") from None
+def upstream_faults(texts: str | list[str], seed: int = 0, delay_s: float = 0.0) -> FaultConfig:
+    """A `FaultConfig` from a fault spec such as `upstream_timeout:0.1,upstream_5xx:0.05`
+    (the grammar of every `--faults` option); `seed` and `delay_s` set the draws and the
+    wait of an injected timeout."""
     try:
-        return FaultConfig.model_validate(values)
-    except ValueError as exc:
-        raise UserError(f"--faults: {str(exc).splitlines()[-1].strip()}") from None
+        spec = parse_fault_spec(texts).require(INJECTED, "the proxy")
+    except UserError as exc:
+        raise UserError(f"--faults: {exc}") from None
+    rates: dict[str, float | int] = {"seed": seed, "timeout_delay_s": delay_s}
+    for rule in spec.rules:
+        if rule.tools or rule.schedule or rule.rate is None:
+            raise UserError(
+                f"--faults: proxy fault '{rule.spec()}' takes a rate and no @TOOL or schedule, "
+                "e.g. upstream_5xx:0.05"
+            )
+        rates[_CONFIG_FIELD[rule.kind]] = rule.rate
+    return FaultConfig.model_validate(rates)
+
+
+_CONFIG_FIELD = {
+    "upstream_timeout": "timeout",
+    "upstream_5xx": "server_error",
+    "upstream_truncated": "truncate",
+}
 
 
 class FaultInjector:
@@ -45,15 +50,16 @@ class FaultInjector:
         self._random = random.Random(config.seed)
         self._lock = threading.Lock()
 
-    def draw(self, headers: Mapping[str, str]) -> str | None:
+    def draw(self, headers: Mapping[str, str]) -> UpstreamFaultKind | None:
         """The fault kind to inject into this call, or None."""
         forced = headers.get(FAULT_HEADER) if self.config.header_override else None
-        if forced in FAULT_KINDS:
-            return forced
+        chosen = next((kind for kind in INJECTED if kind == forced), None)
+        if chosen is not None:
+            return chosen
         with self._lock:
             roll = self._random.random()
         for kind, share in zip(
-            FAULT_KINDS,
+            INJECTED,
             (self.config.timeout, self.config.server_error, self.config.truncate),
             strict=True,
         ):

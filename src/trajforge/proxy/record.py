@@ -6,6 +6,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from trajforge.schema import UpstreamFaultKind
+
 Endpoint = Literal["chat/completions", "completions"]
 
 
@@ -18,7 +20,7 @@ class UpstreamFault(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    kind: str = Field(description="upstream_timeout, upstream_5xx, upstream_malformed, ...")
+    kind: UpstreamFaultKind = Field(description="upstream_timeout, upstream_5xx, ...")
     detail: str = Field(description="What happened, as the client was told.")
     injected: bool = Field(description="True when the proxy injected it on purpose.")
 

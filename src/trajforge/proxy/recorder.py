@@ -30,6 +30,12 @@ from trajforge.proxy.record import CapturedCall, loaded_call, stored_call
 from trajforge.proxy.session import SessionState, trajectory_id
 from trajforge.schema import Outcome
 from trajforge.store import Store
+from trajforge.store.proxy_calls import (
+    ProxyCallRow,
+    insert_proxy_call,
+    session_call_documents,
+    sessions_not_assembled,
+)
 
 log = logging.getLogger("trajforge.proxy")
 
@@ -102,12 +108,7 @@ class Recorder:
 
         Runs on the writer thread at start-up (the connection is not shared between threads).
         """
-        rows = self.store.db.execute(
-            "SELECT p.session, COUNT(*), json_extract(CAST(t.doc AS TEXT), '$.metadata.n_calls') "
-            "FROM proxy_calls p LEFT JOIN trajectories t ON t.id = p.trajectory_id "
-            "GROUP BY p.session"
-        ).fetchall()
-        stale = [session for session, count, assembled in rows if count != assembled]
+        stale = sessions_not_assembled(self.store)
         with self.store.transaction():
             for session in stale:
                 trajectory = self._state(session).stored_trajectory()
@@ -205,16 +206,14 @@ class Recorder:
         results: list[object] = []
         with self.store.transaction():
             for job in batch:
-                self.store.db.execute("SAVEPOINT job")
                 try:
-                    results.append(self._apply(job))
+                    with self.store.savepoint():
+                        results.append(self._apply(job))
                 except Exception as exc:
-                    self.store.db.execute("ROLLBACK TO job")
                     self._forget(job)
                     if job.call is not None:  # rebuilt from the rows kept so far
                         self._dirty[job.call.session] = self._state(job.call.session)
                     results.append(_Failed(exc))
-                self.store.db.execute("RELEASE job")
         return results
 
     def _apply(self, job: _Job) -> object:
@@ -237,31 +236,26 @@ class Recorder:
         seq = state.next_seq
         document = stored_call(call, state.last).model_dump_json().encode()
         llm_call = state.add(call)
-        self.store.db.execute(
-            "INSERT INTO proxy_calls (session, seq, trajectory_id, call_id, endpoint, status, "
-            "error, started_at, latency_s, doc) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (
-                state.name,
-                seq,
-                trajectory_id(state.name),
-                llm_call.id,
-                call.endpoint,
-                call.status,
-                call.error,
-                call.started_at,
-                call.latency_s,
-                document,
-            ),
+        row = ProxyCallRow(
+            session=state.name,
+            seq=seq,
+            trajectory_id=trajectory_id(state.name),
+            call_id=llm_call.id,
+            endpoint=call.endpoint,
+            status=call.status,
+            error=call.error,
+            started_at=call.started_at,
+            latency_s=call.latency_s,
+            doc=document,
         )
+        insert_proxy_call(self.store, row)
         return seq
 
     def _state(self, session: str) -> SessionState:
         state = self.sessions.get(session)
         if state is None:
             state = SessionState(name=session, harness=self.harness)
-            for (doc,) in self.store.db.execute(
-                "SELECT doc FROM proxy_calls WHERE session = ? ORDER BY seq", (session,)
-            ):
+            for doc in session_call_documents(self.store, session):
                 state.add(loaded_call(CapturedCall.model_validate_json(doc), state.last))
             stored = self.store.outcome(trajectory_id(session))
             if stored is not None:

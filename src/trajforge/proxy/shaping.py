@@ -9,9 +9,15 @@ original.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
-from trajforge.proxy.config import ProxyConfig
+
+class AskOptions(Protocol):
+    """What to ask the upstream for (`ProxyConfig`, in-process `CaptureOptions`)."""
+
+    ask_logprobs: bool
+    ask_token_ids: bool
+
 
 _TOKEN_FIELDS = ("prompt_token_ids", "token_ids")
 
@@ -30,7 +36,7 @@ class ClientAsked:
 
 
 def augment(
-    body: dict[str, Any], chat: bool, config: ProxyConfig, ask_token_ids: bool | None = None
+    body: dict[str, Any], chat: bool, config: AskOptions, ask_token_ids: bool | None = None
 ) -> tuple[dict, ClientAsked]:
     """The upstream request body and what the client asked for itself."""
     ask_ids = config.ask_token_ids if ask_token_ids is None else ask_token_ids

@@ -17,6 +17,7 @@ from yarl import URL
 from trajforge.openai_wire import error_body
 from trajforge.proxy.config import ProxyConfig
 from trajforge.proxy.record import UpstreamFault
+from trajforge.schema import UpstreamFaultKind
 
 TRANSPORT_ERRORS = (aiohttp.ClientError, TimeoutError)
 """What aiohttp raises for a time-out, a refused or broken connection or a bad HTTP answer."""
@@ -35,7 +36,9 @@ class UpstreamError(Exception):
         self.fault = fault
 
 
-def observed(status: int, kind: str, message: str, injected: bool = False) -> UpstreamError:
+def observed(
+    status: int, kind: UpstreamFaultKind, message: str, injected: bool = False
+) -> UpstreamError:
     """An upstream failure that is also recorded as a fault."""
     fault = UpstreamFault(kind=kind, detail=message, injected=injected)
     return UpstreamError(status, message, "upstream_error", fault)

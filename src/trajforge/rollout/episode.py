@@ -5,7 +5,8 @@ with the environment already restored to the state after that prefix.
 
 The loop never loses a run: an exception from the policy, the user or the environment ends
 the episode with termination reason `error` (the error is kept in `metadata["error"]`) and
-the trajectory is returned for the caller to store.
+the trajectory is returned for the caller to store. A model call that failed every
+attempt of the retry policy ends it with reason `model_error` (`metadata["model_failure"]`).
 """
 
 from __future__ import annotations
@@ -19,7 +20,18 @@ from pydantic import BaseModel, Field
 from trajforge.agents.base import EpisodeState, Policy, UserSimulator
 from trajforge.envs.base import USER_STOP, Environment
 from trajforge.errors import EpisodeEnd
-from trajforge.schema import Fault, Message, Outcome, Source, Task, ToolCall, Trajectory, Usage
+from trajforge.models.retry import ModelCallFailed
+from trajforge.schema import (
+    Fault,
+    Message,
+    Outcome,
+    Source,
+    Task,
+    TerminationReason,
+    ToolCall,
+    Trajectory,
+    Usage,
+)
 
 StepHook = Callable[[Trajectory], None]
 """Called after every agent step; may raise `EpisodeEnd` (for example a monitor stop)."""
@@ -57,6 +69,8 @@ def run_episode(
         reason = _loop(env, policy, traj, user, limits or Limits(), hooks, started)
     except EpisodeEnd as end:
         reason = end.reason
+        if isinstance(end, ModelCallFailed):
+            traj.metadata["model_failure"] = end.failure
     except Exception as exc:  # record the crash: the run's trajectory must survive
         reason = "error"
         traj.metadata["error"] = "".join(traceback.format_exception_only(exc)).strip()
@@ -66,7 +80,7 @@ def run_episode(
     return traj
 
 
-def _loop(env, policy, traj, user, limits, hooks, started) -> str:
+def _loop(env, policy, traj, user, limits, hooks, started) -> TerminationReason:
     while True:
         stop = _limit_reached(traj, limits, started)
         if stop:
@@ -115,12 +129,12 @@ def _run_tools(env: Environment, traj: Trajectory, calls: list[ToolCall]) -> boo
             Message(role="tool", content=result.content, tool_call_id=call.id, name=call.name)
         )
         if result.fault:
-            traj.faults.append(Fault(message_index=index, **result.fault))
+            traj.faults.append(Fault.model_validate({"message_index": index, **result.fault}))
         done = done or result.done
     return done
 
 
-def _limit_reached(traj: Trajectory, limits: Limits, started: float) -> str | None:
+def _limit_reached(traj: Trajectory, limits: Limits, started: float) -> TerminationReason | None:
     if len(traj.assistant_indices()) >= limits.max_steps:
         return "max_steps"
     if limits.max_tokens is not None and _tokens(traj) >= limits.max_tokens:
@@ -134,7 +148,7 @@ def _tokens(traj: Trajectory) -> int:
     return sum((c.usage.total_tokens or 0) for c in traj.llm_calls if c.usage)
 
 
-def _evaluate(env: Environment, traj: Trajectory, reason: str) -> Outcome:
+def _evaluate(env: Environment, traj: Trajectory, reason: TerminationReason) -> Outcome:
     try:
         outcome = env.evaluate()
     except Exception as exc:  # an evaluation crash must not lose the run either

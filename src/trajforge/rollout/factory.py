@@ -90,8 +90,3 @@ def choose_user(user: UserSimulator | None, opening: list[Message]) -> UserSimul
 def open_conversation(user: UserSimulator, task: Task) -> Message | None:
     """The user's first message, when the simulator opens conversations."""
     return user.opening(task) if isinstance(user, OpensConversation) else None
-
-
-def make_policy(name: str, options: PolicyOptions, seed: int) -> Policy:
-    """`build(...).policy` for a name and options (kept for train.evaluate's callers)."""
-    return build(AgentSpec(policy=name, options=options), seed).policy

@@ -29,7 +29,7 @@ from trajforge.envs.replay import answered_calls, replay_calls
 from trajforge.errors import UserError
 from trajforge.rollout.episode import Limits, run_episode
 from trajforge.rollout.factory import ForkPoint, build, choose_user, open_conversation
-from trajforge.schema import ForkParent, Message, Source, Trajectory
+from trajforge.schema import ForkParent, Message, Source, TerminationReason, Trajectory
 from trajforge.store import Store
 
 
@@ -144,7 +144,7 @@ def prefix_child(parent: Trajectory, at: int, policy: Policy, options: ForkOptio
         task=parent.task.model_copy(deep=True),
         source=Source(
             harness=options.harness,
-            model=getattr(policy, "name", None),
+            model=policy.name,
             run=f"fork:{parent.id}@{at}",
         ),
         messages=[m.model_copy() for m in parent.messages[:at]],
@@ -155,7 +155,7 @@ def prefix_child(parent: Trajectory, at: int, policy: Policy, options: ForkOptio
             lb for lb in parent.labels if lb.message_index is not None and lb.message_index < at
         ],
         parent=ForkParent(trajectory_id=parent.id, message_index=at),
-        metadata={"fork": {"parent": parent.id, "at": at, "policy": getattr(policy, "name", None)}},
+        metadata={"fork": {"parent": parent.id, "at": at, "policy": policy.name}},
     )
 
 
@@ -211,7 +211,7 @@ def _state(env: Environment, child: Trajectory) -> EpisodeState:
     )
 
 
-def finish_stopped(env: Environment, child: Trajectory, reason: str) -> Trajectory:
+def finish_stopped(env: Environment, child: Trajectory, reason: TerminationReason) -> Trajectory:
     """Judge a child whose prefix already ended the episode (user stop, environment done)."""
     child.outcome = env.evaluate()
     child.outcome.termination_reason = reason

@@ -76,7 +76,7 @@ class _HandoffProbe:
     def __init__(self, reacher: Policy, config: HandoffConfig) -> None:
         self.reacher = reacher
         self.config = config
-        self.name = getattr(reacher, "name", "reacher")
+        self.name = reacher.name
 
     def act(self, state: EpisodeState) -> PolicyStep:
         if is_handoff_state(state.env, state.step, self.config):
@@ -111,7 +111,7 @@ def run_handoff(
     """One handoff on one task; returns the run summary, the reacher's and solver's runs."""
     env = make_env(env_name)
     policy, user = reacher
-    source = Source(harness="trajforge-handoff", model=getattr(policy, "name", None), run="reacher")
+    source = Source(harness="trajforge-handoff", model=policy.name, run="reacher")
     reached_traj = start_conversation(env, task, user, source)
     reached_traj = run_episode(
         env,
@@ -153,9 +153,7 @@ def _solve_from(
     solver_env.restore(env.snapshot())
     state_hash = solver_env.state_hash() if isinstance(solver_env, StateHashing) else None
     history = reached_traj.model_copy(deep=True)
-    history.source = Source(
-        harness="trajforge-handoff", model=getattr(solver[0], "name", None), run="solver"
-    )
+    history.source = Source(harness="trajforge-handoff", model=solver[0].name, run="solver")
     history.parent = ForkParent(trajectory_id=reached_traj.with_id().id, message_index=index)
     solver_env.bind_conversation(history.messages)
     if reached_traj.outcome.termination_reason == "handoff":

@@ -28,6 +28,7 @@ from pydantic import BaseModel, Field
 
 from trajforge.envs.base import Environment
 from trajforge.envs.faults import parse_fault_spec, with_faults
+from trajforge.models.retry import MODEL_ERROR
 from trajforge.rollout.episode import Limits, run_episode, start_trajectory
 from trajforge.rollout.factory import (
     AgentSpec,
@@ -42,6 +43,9 @@ from trajforge.schema import Outcome, Source, Task, Trajectory
 from trajforge.store import EncodedTrajectory, Store, encode
 
 HARNESS = "trajforge"
+RUN_AGAIN = ("error", MODEL_ERROR)
+"""Termination reasons of stored episodes that a re-run runs again (crashes, failed model
+calls) instead of skipping."""
 
 
 class EpisodeSpec(BaseModel):
@@ -200,6 +204,11 @@ class BatchSummary(BaseModel):
     successes: int = Field(description="Successful episodes.")
     success_rate: float = Field(description="successes / episodes.")
     errors: int = Field(description="Episodes that ended with an error.")
+    model_failures: int = Field(
+        default=0,
+        description="Episodes ended by an agent or user model call that failed every retry "
+        "(termination model_error; the reason in metadata.model_failure).",
+    )
     faults_injected: int = Field(description="Fault events over all episodes.")
     faults_by_kind: dict[str, int] = Field(description="Fault events per kind.")
     tokens: int = Field(description="Model tokens over all episodes.")
@@ -220,6 +229,7 @@ def summarize(
         successes=successes,
         success_rate=round(successes / len(episodes), 4) if episodes else 0.0,
         errors=sum(1 for e in episodes if e.termination_reason == "error"),
+        model_failures=sum(1 for e in episodes if e.termination_reason == MODEL_ERROR),
         faults_injected=sum(kinds.values()),
         faults_by_kind=dict(sorted(kinds.items())),
         tokens=sum(e.tokens for e in episodes),
@@ -273,7 +283,7 @@ def run_episodes(
     progress = progress or Progress()
     specs = config.specs()
     stored = stored_episodes(store, config.env)
-    finished = {k: v for k, v in stored.items() if v[1] != "error"}
+    finished = {k: v for k, v in stored.items() if v[1] not in RUN_AGAIN}
     todo = [s for s in specs if s.key() not in finished]
     progress.start(len(specs), len(specs) - len(todo))
     fresh: list[FinishedEpisode] = []

@@ -8,7 +8,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from trajforge.envs.base import TaskLookup, TaskSet
+from trajforge.envs.base import Environment, TaskLookup, TaskSet
 from trajforge.errors import InputError, UserError
 from trajforge.jsonfile import load_json_records
 from trajforge.registry import Registry
@@ -35,7 +35,7 @@ def select_tasks(env: Any, spec: str | int | Path) -> list[Task]:
         from trajforge.envs import make_env
 
         env = make_env(env)
-    if not isinstance(getattr(env, "name", None), str):
+    if not isinstance(env, Environment):
         raise UserError(
             f"select_tasks expects an environment or its name, got {type(env).__name__}"
         )

@@ -8,7 +8,9 @@ Two codecs, one interface:
   is `<|call|> name <|arg|> value <|arg|> value`, the values in the order of the tool's
   schema properties (so `put(object="apple 1", receptacle="countertop 1")` costs 8 tokens,
   and the tool schemas never enter the prompt). System messages are left out: they are the
-  same in every episode of an environment and carry nothing to learn from.
+  same in every episode of an environment and carry nothing to learn from; only guidance
+  appended to one (after `## Guidance for this task`, as guided recovery writes it) is kept,
+  as a `<|system|>` turn, so a model can be trained to read it.
 - `HFCodec`: any Hugging Face tokenizer with a chat template; tool calls are read back from
   JSON objects `{"name": ..., "arguments": {...}}` in the generated text (the form most
   tool-calling templates use, with or without `<tool_call>` tags).
@@ -38,6 +40,8 @@ SPECIALS = (
     "<|arg|>",
 )
 _WORD = re.compile(r"[^\W\d]+ \d+\b|\w+|[^\w\s]")
+GUIDANCE_HEADER = "## Guidance for this task"
+"""What guided recovery puts before the guidance it appends to a system prompt."""
 """Words, with a name and its number as one token (`cabinet 2`), and single symbols."""
 
 
@@ -105,6 +109,15 @@ def words(text: str) -> list[str]:
     return _WORD.findall(text)
 
 
+def system_guidance(message: Mapping[str, Any]) -> str | None:
+    """The guidance appended to a system message, if any (the compact template keeps only
+    that part of a system prompt)."""
+    if message.get("role") != "system":
+        return None
+    _, header, guidance = text_of(message.get("content")).partition(GUIDANCE_HEADER)
+    return guidance.strip() if header else None
+
+
 class CompactCodec:
     """The `tiny` preset's word-level codec (see module docstring)."""
 
@@ -129,6 +142,7 @@ class CompactCodec:
         yield from schema_params(tools)
         for message in messages:
             if message.get("role") == "system":
+                yield from words(system_guidance(message) or "")
                 continue
             yield from words(text_of(message.get("content")))
             for call in message.get("tool_calls") or []:
@@ -146,6 +160,11 @@ class CompactCodec:
         role = message.get("role", "user")
         if role == "assistant":
             return self._assistant(message, tools)
+        if role == "system":
+            guidance = system_guidance(message)
+            if guidance is None:
+                return []
+            return [self._special("<|system|>"), *self._ids(guidance), self.eos_id]
         token = f"<|{role}|>" if f"<|{role}|>" in self.vocab else "<|user|>"
         return [self._special(token), *self._ids(text_of(message.get("content"))), self.eos_id]
 
@@ -170,8 +189,6 @@ class CompactCodec:
         ids: list[int] = []
         mask: list[int] = []
         for message in messages:
-            if message.get("role") == "system":
-                continue
             part = self._message(message, tools)
             ids += part
             flag = 1 if learned(message) else 0
@@ -185,8 +202,7 @@ class CompactCodec:
     def prompt(self, messages: Sequence[dict], tools: Sequence[dict]) -> list[int]:
         ids: list[int] = []
         for message in messages:
-            if message.get("role") != "system":
-                ids += self._message(message, tools)
+            ids += self._message(message, tools)
         return [*ids, self._special("<|assistant|>")]
 
     def completion_ids(self, message: dict, tools: Sequence[dict]) -> list[int]:

@@ -26,13 +26,14 @@ class RunSearchText(NamedTuple):
 
 
 def run_search_text(traj: Trajectory) -> RunSearchText:
-    parts = [traj.task.id, traj.task.instruction, traj.outcome.termination_reason]
+    ended = traj.outcome.exit_status or traj.outcome.termination_reason  # the recorded word
+    parts = [traj.task.id, traj.task.instruction, ended]
     parts += _message_parts(traj.messages)
     parts += [_joined(x.category, x.agent, x.reason) for x in traj.labels]
-    parts += [_joined(f.kind, f.tool, f.detail) for f in traj.faults]
+    parts += [_joined(f.recorded_kind, f.tool, f.detail) for f in traj.faults]
     parts += [call.error for call in traj.llm_calls]
     labels = [f"{x.source}:{_index_or_run(x.message_index)}" for x in traj.labels]
-    faults = [f"{f.kind}:{f.message_index}" for f in traj.faults]
+    faults = [f"{f.recorded_kind}:{f.message_index}" for f in traj.faults]
     return RunSearchText(
         "\n".join(part for part in parts if part),
         " ".join(labels) or None,

@@ -22,6 +22,8 @@ from trajforge.store.search_text import RunSearchText, run_search_text
 
 DEFAULT_DB = "trajforge.db"
 BULK_CHECKPOINT_PAGES = 65536
+BUSY_TIMEOUT_MS = 30000
+PENDING_INDEX_CHARS = 1_000_000
 DB_ENV_VAR = "TRAJFORGE_DB"
 
 _COLUMNS = (
@@ -116,7 +118,7 @@ def _row_values(traj: Trajectory) -> tuple:
         len(traj.faults),
         _text_or_none(traj.metadata.get("episode_key")),
         _text_or_none(traj.metadata.get("env")),
-        traj.outcome.termination_reason,
+        traj.outcome.exit_status or traj.outcome.termination_reason,  # as the document records it
     )
 
 
@@ -151,7 +153,7 @@ class Store:
             check_store_path(self.path)
         self.db = sqlite3.connect(str(self.path), isolation_level=None, check_same_thread=False)
         try:
-            self.db.execute("PRAGMA busy_timeout=30000")
+            self.db.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
             check_is_trajforge(self.db, self.path)
             self.db.execute("PRAGMA journal_mode=WAL")
             self.db.execute("PRAGMA synchronous=NORMAL")
@@ -163,6 +165,11 @@ class Store:
             self.db.close()
             raise
         self._depth = 0
+        self._savepoints: list[int] = []
+        """Length of `_pending_index` when each open savepoint began."""
+        self._defer_index = False
+        self._pending_index: list[tuple[int | None, RunSearchText]] = []
+        self._pending_chars = 0
 
     def close(self) -> None:
         self.db.close()
@@ -187,7 +194,9 @@ class Store:
         self._depth = 1
         try:
             yield
+            self._write_pending_index()
         except BaseException:
+            self._drop_pending_index(0)
             self.db.execute("ROLLBACK")
             raise
         else:
@@ -196,21 +205,87 @@ class Store:
             self._depth = 0
 
     @contextmanager
-    def bulk_writes(self) -> Iterator[None]:
-        """Checkpoint the write-ahead log every `BULK_CHECKPOINT_PAGES` pages while inside.
+    def savepoint(self) -> Iterator[None]:
+        """Inside a transaction: the writes of this block are undone alone if it raises
+        (the transaction goes on); outside one, the block is its own transaction."""
+        if not self._depth:
+            with self.transaction():
+                yield
+            return
+        if not self._savepoints and self._pending_chars > PENDING_INDEX_CHARS:
+            self._write_pending_index()  # between two files: the earlier files' rows
+        self._savepoints.append(len(self._pending_index))
+        self.db.execute("SAVEPOINT part")
+        try:
+            yield
+        except BaseException:
+            self.db.execute("ROLLBACK TO part")
+            self._drop_pending_index(self._savepoints[-1])
+            raise
+        finally:
+            self.db.execute("RELEASE part")
+            self._savepoints.pop()
 
-        SQLite's default (1000 pages, about 4 MB) syncs the database file dozens of times
-        while importing a 100 MB folder; that was most of the time spent in SQLite. Each
-        transaction still commits on its own; only copying the log into the database file
-        is batched.
+    @contextmanager
+    def bulk_writes(self) -> Iterator[None]:
+        """Many transactions in a row (an import): fewer copies of the written pages.
+
+        Filling an empty store that no other connection has open, the write-ahead log is set
+        aside until the block ends: with a rollback journal, pages appended to the file are
+        written once, not to the log and then again into the file (each transaction is still
+        atomic; SQLite refuses the switch while another connection has the file open, and
+        then the log stays). Otherwise the log is checkpointed every `BULK_CHECKPOINT_PAGES`
+        pages instead of SQLite's default 1000 (about 4 MB), which synced the database file
+        dozens of times while importing a 100 MB folder.
         """
-        (previous,) = self.db.execute("PRAGMA wal_autocheckpoint").fetchone()
-        self.db.execute(f"PRAGMA wal_autocheckpoint={BULK_CHECKPOINT_PAGES}")
+        with self._index_at_commit():
+            if self._is_empty() and self._journal_mode("delete") == "delete":
+                try:
+                    yield
+                finally:
+                    self._journal_mode("wal")
+                return
+            (previous,) = self.db.execute("PRAGMA wal_autocheckpoint").fetchone()
+            self.db.execute(f"PRAGMA wal_autocheckpoint={BULK_CHECKPOINT_PAGES}")
+            try:
+                yield
+            finally:
+                self.db.execute(f"PRAGMA wal_autocheckpoint={previous}")
+                self.db.execute("PRAGMA wal_checkpoint(PASSIVE)")
+
+    @contextmanager
+    def _index_at_commit(self) -> Iterator[None]:
+        """Full-text index rows written just before each commit, not with each run.
+
+        SQLite's full-text index (FTS5) writes out what it holds in memory at every
+        savepoint, so an import that keeps each file in its own savepoint wrote and merged
+        index segments per file: more work than indexing the text. Held back, the rows of a
+        commit are indexed together, or between two files once `PENDING_INDEX_CHARS` of text
+        wait; a big file of many runs writes its own rows each time that much has waited
+        inside its savepoint, so memory stays bounded. A savepoint rolled back drops the
+        rows it held back.
+        """
+        self._defer_index = True
         try:
             yield
         finally:
-            self.db.execute(f"PRAGMA wal_autocheckpoint={previous}")
-            self.db.execute("PRAGMA wal_checkpoint(PASSIVE)")
+            self._defer_index = False
+
+    def _is_empty(self) -> bool:
+        return self.db.execute("SELECT NOT EXISTS (SELECT 1 FROM trajectories)").fetchone()[0]
+
+    def _journal_mode(self, mode: str) -> str:
+        """Switch the journal mode if SQLite can at once (no other connection in the way);
+        returns the mode now in force. (Every `Store` opens in WAL mode again.)"""
+        if not self._depth and str(self.path) != ":memory:":
+            self.db.execute("PRAGMA busy_timeout=0")
+            try:
+                self.db.execute(f"PRAGMA journal_mode={mode}").fetchone()
+            except sqlite3.OperationalError:
+                pass  # another connection has the file open: keep the mode in force
+            finally:
+                self.db.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+        return self.db.execute("PRAGMA journal_mode").fetchone()[0]
 
     def add(self, traj: Trajectory) -> bool:
         """Insert unless a trajectory with the same id exists; True when inserted."""
@@ -247,6 +322,7 @@ class Store:
             raise ValueError("put() needs a trajectory with an id")
         with self.transaction():
             old_rows = "SELECT rowid FROM trajectories WHERE id = ?"
+            self._forget_pending({rowid for (rowid,) in self.db.execute(old_rows, (traj.id,))})
             self.db.execute(f"DELETE FROM run_search WHERE rowid IN ({old_rows})", (traj.id,))
             cursor = self.db.execute(
                 f"INSERT OR REPLACE INTO trajectories ({_COLUMNS}) VALUES ({_placeholders()})",
@@ -255,7 +331,32 @@ class Store:
             self._index(cursor.lastrowid, run_search_text(traj))
 
     def _index(self, rowid: int | None, search: RunSearchText) -> None:
-        """Write the run's full-text index row (same rowid as its `trajectories` row)."""
+        """Write the run's full-text index row (same rowid as its `trajectories` row), or
+        hold it back until the commit (see `_index_at_commit`)."""
+        if self._defer_index and self._depth:
+            self._pending_index.append((rowid, search))
+            self._pending_chars += len(search.body)
+            start = self._savepoints[-1] if self._savepoints else 0
+            if self._pending_chars - self._chars_before(start) > PENDING_INDEX_CHARS:
+                self._write_pending_index(start)  # a big file: its own rows so far
+        else:
+            self._write_index(rowid, search)
+
+    def _write_pending_index(self, start: int = 0) -> None:
+        """Write the held-back rows from `start` on (inside a savepoint: only its own rows,
+        so that they are undone with it; the rows of earlier files wait for the commit)."""
+        for rowid, search in self._pending_index[start:]:
+            self._write_index(rowid, search)
+        self._drop_pending_index(start)
+
+    def _chars_before(self, start: int) -> int:
+        return sum(len(search.body) for _, search in self._pending_index[:start])
+
+    def _drop_pending_index(self, keep: int) -> None:
+        del self._pending_index[keep:]
+        self._pending_chars = sum(len(search.body) for _, search in self._pending_index)
+
+    def _write_index(self, rowid: int | None, search: RunSearchText) -> None:
         self.db.execute("DELETE FROM run_search WHERE rowid = ?", (rowid,))
         self.db.execute(
             "INSERT INTO run_search(rowid, body, labels, faults) VALUES (?, ?, ?, ?)",
@@ -264,7 +365,15 @@ class Store:
 
     def delete(self, traj_id: str) -> None:
         with self.transaction():
-            self.db.execute("DELETE FROM trajectories WHERE id = ?", (traj_id,))
+            cursor = self.db.execute(
+                "DELETE FROM trajectories WHERE id = ? RETURNING rowid", (traj_id,)
+            )
+            self._forget_pending({rowid for (rowid,) in cursor.fetchall()})
+
+    def _forget_pending(self, rowids: set[int]) -> None:
+        """Drop held-back index rows of runs replaced or deleted in this transaction."""
+        if self._pending_index and rowids:
+            self._pending_index[:] = [p for p in self._pending_index if p[0] not in rowids]
 
     def resolve_id(self, prefix: str) -> str:
         """The full id for an id or unique prefix; UserError when none or several match."""

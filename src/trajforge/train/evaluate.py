@@ -34,7 +34,7 @@ from trajforge.errors import EpisodeEnd, UserError
 from trajforge.models.openai_compat import message_to_openai
 from trajforge.openai_wire import to_message
 from trajforge.rollout.episode import Limits, run_episode, start_trajectory
-from trajforge.schema import Message, Outcome, Task, Trajectory
+from trajforge.schema import Message, Outcome, Task, TerminationReason, Trajectory
 from trajforge.serve.student import DecodeSession, Student, answer_message
 
 HELD_OUT_START = 1_000_000
@@ -157,7 +157,7 @@ def _advance(student: Student, env: Environment, traj: Trajectory, answer, round
     return "env_done" if done else None
 
 
-def _finish(env: Environment, traj: Trajectory, reason: str) -> None:
+def _finish(env: Environment, traj: Trajectory, reason: TerminationReason) -> None:
     try:
         outcome = env.evaluate()
     except Exception as exc:  # a crash in judging must not lose the episode
@@ -299,22 +299,23 @@ def evaluate_checkpoint(path, config: EvalConfig, trained_on: Sequence[str] = ()
 
 def evaluate_policy(name: str, options: dict, config: EvalConfig, trained_on=()) -> dict:
     """Episode-by-episode evaluation of any registered policy (e.g. `llm` against a server)."""
-    from trajforge.rollout.factory import PolicyOptions, make_policy
+    from trajforge.rollout.factory import AgentSpec, PolicyOptions, build
 
     tests, recovery_tasks = _eval_tasks(config)
     check_held_out([t.id for t in tests + recovery_tasks], trained_on)
     policy_options = PolicyOptions(**{k: v for k, v in options.items() if v is not None})
+    spec = AgentSpec(policy=name, options=policy_options)
     limits = Limits(max_steps=config.max_steps)
     runs = []
     for sample in range(config.samples):
         for task in tests:
-            policy = make_policy(name, policy_options, seed=config.seed + sample)
+            policy = build(spec, config.seed + sample).policy
             runs.append(run_episode(HouseholdEnv(), policy, task, limits=limits))
     recovered = []
     if config.recovery:
         starts = recovery_starts(HouseholdEnv, recovery_tasks, ObservableTeacher(), config.seed)
         for env, traj in starts[: config.recovery]:
-            policy = make_policy(name, policy_options, seed=config.seed)
+            policy = build(spec, config.seed).policy
             steps = Limits(max_steps=len(traj.assistant_indices()) + config.max_steps)
             recovered.append(run_episode(env, policy, traj.task, trajectory=traj, limits=steps))
     return _report(name, config, runs, recovered)

@@ -14,7 +14,7 @@ from trajforge.envs.base import Environment
 from trajforge.envs.replay import replay_calls
 from trajforge.generate.guided import Job, with_guidance
 from trajforge.generate.guided.search import HARNESS
-from trajforge.schema import ForkParent, Message, Outcome, Source, Trajectory
+from trajforge.schema import ForkParent, Message, Outcome, Source, TerminationReason, Trajectory
 from trajforge.serve.student import Student
 from trajforge.train.evaluate import run_lockstep
 
@@ -59,7 +59,7 @@ class LockstepRunner:
         return env, child
 
 
-def _send(env: Environment, child: Trajectory, message: Message) -> str | None:
+def _send(env: Environment, child: Trajectory, message: Message) -> TerminationReason | None:
     """Append `message` and the answers to its tool calls; why the episode ended, if it did."""
     child.messages.append(message)
     if not message.tool_calls:
@@ -74,7 +74,7 @@ def _send(env: Environment, child: Trajectory, message: Message) -> str | None:
     return "env_done" if done else None
 
 
-def _judged(env: Environment, reason: str) -> Outcome:
+def _judged(env: Environment, reason: TerminationReason) -> Outcome:
     outcome = env.evaluate()
     outcome.termination_reason = reason
     return outcome

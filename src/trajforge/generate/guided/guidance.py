@@ -19,6 +19,7 @@ from trajforge.diagnose.model import Diagnosis
 from trajforge.diagnose.transcript import transcript
 from trajforge.envs.base import Environment, Oracle
 from trajforge.models.base import ChatModel
+from trajforge.models.retry import Asked, ask_parsed
 from trajforge.schema import Message, Outcome, ToolCall, Trajectory
 
 GuidanceSource = Literal["correction", "privileged", "llm"]
@@ -165,7 +166,9 @@ class LLMGuidanceProposer:
         previous: Guidance | None = None,
         attempt: Trajectory | None = None,
         attempt_feedback: Feedback | None = None,
-    ) -> Guidance:
+    ) -> Asked[Guidance]:
+        """Guidance from the model (the shared retry policy: an empty reply or a failed call
+        is retried; after the last attempt the reason comes back instead)."""
         parts = [
             f"Task: {failed.task.instruction or failed.task.id}",
             "Failed attempt:\n" + transcript(failed.messages, self.max_chars),
@@ -180,6 +183,12 @@ class LLMGuidanceProposer:
             Message(role="system", content=PROPOSER_PROMPT),
             Message(role="user", content="\n\n".join(parts)),
         ]
-        reply = self.model.complete(prompt).message.text().strip()
         round_ = previous.round + 1 if previous is not None else 1
-        return Guidance(text=reply, source="llm", privileged=False, round=round_)
+
+        def parse(reply: Message) -> Guidance | None:
+            text = reply.text().strip()
+            if not text:
+                return None
+            return Guidance(text=text, source="llm", privileged=False, round=round_)
+
+        return ask_parsed(self.model, prompt, None, parse)

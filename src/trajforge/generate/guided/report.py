@@ -52,6 +52,9 @@ class RecoveryReport(BaseModel):
     leak_rejections: int = Field(description="Passing attempts rejected by the leak check.")
     skipped: int = Field(default=0, description="Failed runs that are not forkable.")
     intervene: SourceCount = Field(description="Intervene-and-replay baseline.")
+    failed_calls: int = Field(
+        default=0, description="Model calls that failed every retry (each listed in results)."
+    )
     results: list[RecoveryResult]
 
 
@@ -139,6 +142,7 @@ def summarize(results: list[RecoveryResult]) -> RecoveryReport:
         intervene=SourceCount(
             tried=len(intervene), recovered=sum(bool(r.intervene) for r in intervene)
         ),
+        failed_calls=sum(len(r.failed_calls) for r in results),
         results=results,
     )
 

@@ -99,6 +99,11 @@ class RecoveryResult(BaseModel):
     intervene: bool | None = Field(default=None, description="None: no correction to try.")
     demo_id: str | None = None
     attempts: list[Attempt] = Field(default_factory=list)
+    failed_calls: list[str] = Field(
+        default_factory=list,
+        description="Model calls that failed every retry (guidance writer, teacher, user), "
+        "with the reason; the search went on without them.",
+    )
 
 
 @dataclass
@@ -247,21 +252,26 @@ class GuidedRecovery:
             return forms[index] if index < len(forms) else None
         return self._llm_guidance(search, start)
 
-    def _llm_guidance(self, search: _Search, start: StartMode) -> Guidance:
+    def _llm_guidance(self, search: _Search, start: StartMode) -> Guidance | None:
+        """The proposer's guidance; None (the failure recorded) when its call failed."""
         assert self.proposer is not None
         previous = search.llm.get(start)
-        return self.proposer.propose(
+        asked = self.proposer.propose(
             search.failed,
             Feedback.of(search.failed.outcome),
             previous=previous[0] if previous else None,
             attempt=previous[1] if previous else None,
             attempt_feedback=Feedback.of(previous[1].outcome) if previous else None,
         )
+        if asked.failure is not None:
+            search.result.failed_calls.append(f"guidance writer: {asked.failure}")
+        return asked.value
 
     def _judge(self, search: _Search, job: Job, start: StartMode, child: Trajectory) -> None:
         guidance = job.guidance
         assert guidance is not None
         result = search.result
+        _note_model_failure(result, child)
         attempt = Attempt(
             source=guidance.source,
             start=start,
@@ -337,6 +347,7 @@ class GuidedRecovery:
             return
         children = self.runner.run([job for _, job in batch])
         for (search, job), child in zip(batch, children, strict=True):
+            _note_model_failure(search.result, child)
             success = bool(child.outcome.success)
             search.result.intervene = success
             search.result.attempts.append(
@@ -348,6 +359,13 @@ class GuidedRecovery:
                     reward=child.outcome.reward,
                 )
             )
+
+
+def _note_model_failure(result: RecoveryResult, child: Trajectory) -> None:
+    """Record a teacher run that ended because its agent or user model call failed."""
+    failure = child.metadata.get("model_failure")
+    if failure:
+        result.failed_calls.append(f"teacher run: {failure}")
 
 
 def system_prompt(run: Trajectory) -> str | None:

@@ -46,7 +46,7 @@ class GuidedPolicy:
         self.teacher = teacher
         self.guidance = guidance
         self.system = system
-        self.name = getattr(teacher, "name", "teacher")
+        self.name = teacher.name
 
     def act(self, state: EpisodeState) -> PolicyStep:
         view = with_guidance(state.messages, self.guidance, self.system)
@@ -59,7 +59,7 @@ class InterveningPolicy:
     def __init__(self, teacher: Policy, first: Message) -> None:
         self.teacher = teacher
         self.first: Message | None = first
-        self.name = getattr(teacher, "name", "teacher")
+        self.name = teacher.name
 
     def act(self, state: EpisodeState) -> PolicyStep:
         if self.first is not None:

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from trajforge.envs.base import Environment, Oracle
 from trajforge.envs.household import HouseholdEnv
 from trajforge.schema import Trajectory
 from trajforge.serve.student import Student
@@ -34,7 +35,8 @@ def reach(student: Student, starts: list[Start], k: int, max_steps: int) -> list
         still = []
         for i in active:
             env, traj = starts[i]
-            if env.distance() <= k:
+            distance = _distance(env)
+            if distance is not None and distance <= k:
                 reached[i] = (env, traj)
             elif traj.outcome.termination_reason is None:
                 still.append(i)
@@ -69,7 +71,7 @@ def handoff_pair(
     solved = 0
     by_budget: dict[int, list[Start]] = {}
     for start in map(_clone, reached):
-        if start[0].distance() == 0:
+        if _distance(start[0]) == 0:
             solved += 1
         else:
             by_budget.setdefault(max_steps - _steps(start[1]), []).append(start)
@@ -100,3 +102,10 @@ def handoff_matrix(
         for b in students
     }
     return {"k": k, "tasks": tasks, "max_steps": max_steps, "pairs": pairs}
+
+
+def _distance(env: Environment) -> int | None:
+    """The oracle's fewest actions to success (household environments have the oracle)."""
+    if not isinstance(env, Oracle):
+        raise TypeError(f"environment '{env.name}' has no oracle")
+    return env.distance()

@@ -1,0 +1,56 @@
+"""Install the real harness the proxy tests run (mini-swe-agent from PyPI) in its own venv.
+
+The venv lives in the test cache (`$TRAJFORGE_TEST_CACHE`, default
+`~/.cache/trajforge-tests`) and is reused once complete. A first install pulls litellm and
+its dependencies (about 750 MB; 12 minutes on a loaded 2-core machine), far more than a
+test's time limit, so `make test` runs this script before the suite:
+
+    python tests/proxy/harness_install.py
+
+The tests call the same function; on a machine where it already ran they find the venv.
+Only the standard library is used, so the script runs with any Python 3.11+.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+MINI_REQUIREMENT = "mini-swe-agent>=2.4,<2.5"
+INSTALL_TIMEOUT_S = 1800
+
+
+def cache_dir() -> Path:
+    root = os.environ.get("TRAJFORGE_TEST_CACHE") or Path.home() / ".cache" / "trajforge-tests"
+    return Path(root)
+
+
+def install_mini() -> Path:
+    """`mini` from a venv with mini-swe-agent 2.4.x, installed when missing; RuntimeError
+    with pip's output when the install fails."""
+    venv = cache_dir() / "mini-swe-agent-2.4"
+    mini, marker = venv / "bin" / "mini", venv / ".installed"
+    if marker.exists() and mini.exists():
+        return mini
+    shutil.rmtree(venv, ignore_errors=True)
+    venv.parent.mkdir(parents=True, exist_ok=True)
+    steps = [
+        [sys.executable, "-m", "venv", str(venv)],
+        [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", MINI_REQUIREMENT],
+    ]
+    for step in steps:
+        result = subprocess.run(step, capture_output=True, text=True, timeout=INSTALL_TIMEOUT_S)
+        if result.returncode != 0:
+            raise RuntimeError(f"could not install {MINI_REQUIREMENT}: {result.stderr[-2000:]}")
+    marker.write_text(MINI_REQUIREMENT + "\n")
+    return mini
+
+
+if __name__ == "__main__":
+    try:
+        print(f"mini-swe-agent harness: {install_mini()}")
+    except RuntimeError as exc:
+        sys.exit(f"error: {exc}")
