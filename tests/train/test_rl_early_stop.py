@@ -36,7 +36,7 @@ def test_monitor_fitted_on_earlier_runs_stops_doomed_rollouts(student_dir: Path,
         service.use_monitor(tmp_path / "monitor.model", 0.05)
         episodes, _ = service.run(jobs, Limits(max_steps=16), model, concurrency=8)
     halted = [e for e in episodes if stopped(e.recorded)]
-    assert halted, [e.run.metadata.get("error") for e in episodes]
+    assert halted, [e.run.metadata.get("model_failure") for e in episodes]
     assert all(len(e.run.assistant_indices()) < 16 for e in halted)
-    assert all("failure monitor" in e.run.metadata["error"] for e in halted)
+    assert all("failure monitor" in e.run.metadata["model_failure"] for e in halted)
     assert not any(e.run.outcome.success for e in halted)
