@@ -131,3 +131,13 @@ def test_no_silent_fallback_to_an_unconfined_backend(monkeypatch, tmp_path: Path
     with caplog.at_level(logging.WARNING, logger="trajforge.sandbox"):
         result = sh("echo plain", tmp_path / "ws", SandboxConfig(backend="none"))
     assert result.output.strip() == "plain" and "not confined" in caplog.text
+
+
+def test_an_interpreter_installed_under_tmp_stays_visible(tmp_path: Path, monkeypatch) -> None:
+    """A venv under /tmp (a checkout there) is bound over the sandbox's own empty /tmp."""
+    prefix = tmp_path / "venv"
+    prefix.mkdir()
+    (prefix / "marker.txt").write_text("interpreter files")
+    monkeypatch.setattr(sandbox_module.sys, "prefix", str(prefix))
+    result = sh(f"cat {prefix}/marker.txt", tmp_path / "ws")
+    assert "interpreter files" in result.output, result.output

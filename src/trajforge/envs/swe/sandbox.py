@@ -100,8 +100,8 @@ def resolve_backend(backend: Backend) -> str:
     return "bwrap"
 
 
-def _read_only_binds() -> list[str]:
-    """`--ro-bind`/`--symlink` arguments for the system, the interpreter and its libraries."""
+def _system_binds() -> list[str]:
+    """`--ro-bind`/`--symlink` arguments for the system folders and the files of /etc needed."""
     args: list[str] = []
     for top in ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32"):
         path = Path("/", top)
@@ -113,6 +113,13 @@ def _read_only_binds() -> list[str]:
     for name in _ETC:
         if Path("/etc", name).exists():
             args += ["--ro-bind", f"/etc/{name}", f"/etc/{name}"]
+    return args
+
+
+def _interpreter_binds() -> list[str]:
+    """`--ro-bind` arguments for the interpreter and its libraries outside /usr (a venv may sit
+    under /tmp, so these come after the sandbox's own empty /tmp)."""
+    args: list[str] = []
     for root in sorted({sys.base_prefix, sys.prefix}):
         if not root.startswith("/usr/") and Path(root).is_dir():
             args += [*_folders(Path(root)), "--ro-bind", root, root]
@@ -137,9 +144,9 @@ def _bwrap_argv(workspace: Path, command: list[str]) -> list[str]:
         "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try",
     ]  # fmt: skip
     return [
-        "bwrap", *_read_only_binds(), "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
-        *_folders(workspace), "--bind", ws, ws, *namespaces, "--die-with-parent", "--new-session",
-        "--chdir", ws, "--",
+        "bwrap", *_system_binds(), "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
+        *_interpreter_binds(), *_folders(workspace), "--bind", ws, ws, *namespaces,
+        "--die-with-parent", "--new-session", "--chdir", ws, "--",
         *(user if os.geteuid() == 0 else []), *command,
     ]  # fmt: skip
 
