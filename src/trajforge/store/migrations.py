@@ -225,6 +225,34 @@ def m007_run_search_written_by_the_store(db: sqlite3.Connection) -> None:
     db.execute("DROP TRIGGER run_search_update")
 
 
+def m008_training_progress(db: sqlite3.Connection) -> None:
+    """Training runs and one row per iteration, written by the training loop as it goes, so
+    that a viewer of the store follows its progress. `seq` grows with every write (a rewritten
+    iteration gets a new one): a watcher asks for what came after the last `seq` it saw."""
+    db.execute(
+        """
+        CREATE TABLE training_runs (
+            name TEXT PRIMARY KEY,
+            kind TEXT NOT NULL,
+            started_at REAL NOT NULL,
+            doc BLOB NOT NULL
+        )
+        """
+    )
+    db.execute(
+        """
+        CREATE TABLE training_iterations (
+            seq INTEGER PRIMARY KEY AUTOINCREMENT,
+            run TEXT NOT NULL,
+            iteration INTEGER NOT NULL,
+            written_at REAL NOT NULL,
+            doc BLOB NOT NULL,
+            UNIQUE (run, iteration)
+        )
+        """
+    )
+
+
 MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
     m001_trajectories,
     m002_diagnoses,
@@ -233,6 +261,7 @@ MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
     m005_full_text_search,
     m006_episode_columns,
     m007_run_search_written_by_the_store,
+    m008_training_progress,
 ]
 
 
