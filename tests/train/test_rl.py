@@ -13,13 +13,16 @@ from pathlib import Path
 
 import orjson
 import pytest
+from fastapi.testclient import TestClient
 
 from trajforge.export.rl import rl_samples
 from trajforge.serve.student import MANIFEST, Student
 from trajforge.store import Store
+from trajforge.store.training import training_iterations, training_runs
 from trajforge.train.rl import RLConfig, RLError, train_rl
 from trajforge.train.rl.grpo import agreement, from_sample
 from trajforge.train.rl.loop import check_agreement
+from trajforge.web import UiConfig, create_app
 
 QUICK = RLConfig(iterations=2, tasks_per_iteration=2, group_size=4, max_steps=6, lr=1e-3,
                  reward="process", eval_every=0, concurrency=8, threads=1)  # fmt: skip
@@ -55,6 +58,24 @@ def test_an_iteration_updates_the_weights_and_the_next_one_keeps_recording(
         assert row["correlation"] >= 0.999 and row["max_logprob_diff"] < 1e-3
         for key in ("kl", "tokens_per_s", "episodes_per_s", "drift_points_dropped"):
             assert key in row
+
+
+def _progress(out: Path) -> list[dict]:
+    """The iteration rows the loop wrote into its store (what `trajforge ui` shows)."""
+    with Store(out / "rollouts.db") as store:
+        [run] = training_runs(store)
+        assert (run.name, run.kind) == (str(out.resolve()), "rl")
+        return [orjson.loads(r.doc) for r in training_iterations(store, run.name)]
+
+
+def test_each_iteration_row_reaches_the_store_and_the_ui(rl_run) -> None:
+    out, rows = rl_run
+    assert _progress(out) == rows
+    client = TestClient(create_app(UiConfig(db=out / "rollouts.db")))
+    [run] = client.get("/api/training").json()["runs"]
+    assert run["iterations"] == rows and run["settings"]["config"]["iterations"] == 2
+    page = client.get("/training").text
+    assert '<tr data-iteration="2">' in page and f"{rows[1]['correlation']:.6f}" in page
 
 
 def test_masks_exclude_environment_tokens(student_dir: Path, rl_run) -> None:
@@ -128,3 +149,4 @@ def test_the_loop_resumes_after_being_killed(student_dir: Path, tmp_path: Path) 
     assert [r["iteration"] for r in rows] == [1, 2, 3]
     assert (out / "iter-0001" / "state.pt").stat().st_mtime_ns == first
     assert not list(out.glob("*.partial"))
+    assert _progress(out) == rows  # the store shows the iterations of both processes

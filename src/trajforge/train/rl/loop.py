@@ -37,6 +37,7 @@ from trajforge.train.evaluate import (
     run_lockstep,
 )
 from trajforge.train.rl import checkpoints as ckpt
+from trajforge.train.rl import progress
 from trajforge.train.rl.advantages import training_sequences
 from trajforge.train.rl.config import RLConfig
 from trajforge.train.rl.early_stop import MONITOR_FILE, stopped, train_monitor
@@ -78,9 +79,12 @@ def train_rl(
     if config.threads:
         torch.set_num_threads(config.threads)
     loop = _Loop(base, out, config, report or (lambda row: None))
-    if not resume:
+    if resume:
+        progress.record_finished(out)
+    else:
         initial = loop.evaluate(base) if config.eval_every else None
         ckpt.write_run(out, base, config.model_dump(), initial)
+        progress.record_run(out)
         if initial is not None:
             loop.report({"iteration": 0, "heldout": initial})
     loop.run()
@@ -112,7 +116,7 @@ class _Loop:
 
     def run(self) -> None:
         config = self.config
-        with RolloutService(self.start, self.out / "rollouts.db") as service:
+        with RolloutService(self.start, self.out / progress.STORE_FILE) as service:
             for iteration in range(self.first, config.iterations + 1):
                 self.monitor(service, iteration)
                 path = self.iteration(service, iteration)
@@ -126,7 +130,7 @@ class _Loop:
         path = self.out / MONITOR_FILE
         if not path.is_file():
             try:
-                info = train_monitor(self.out / "rollouts.db", path, self.config.seed)
+                info = train_monitor(self.out / progress.STORE_FILE, path, self.config.seed)
             except UserError as exc:  # e.g. no success yet: try again after the next iteration
                 self.report({"iteration": iteration, "monitor": f"not trained: {exc}"})
                 return
@@ -187,6 +191,7 @@ class _Loop:
             self.out, iteration, self.model, self.base_manifest, state, row,
             evaluate=self.evaluate if due else None,
         )  # fmt: skip
+        progress.record_iteration(self.out, row)
         self.report(row)
         return path
 
