@@ -22,6 +22,7 @@ from trajforge.proxy.session import trajectory_id
 from trajforge.store import Store
 
 from .conftest import FORK_AT, WHO_AND_WHEN, UiStore, record_session
+from .rl_rows import add_iteration, register
 
 REPO = Path(__file__).resolve().parents[2]
 SHOTS = Path(os.environ.get("TRAJFORGE_UI_SCREENSHOTS") or REPO / "ui-screenshots")
@@ -211,3 +212,26 @@ def test_fork_from_here_runs_the_fork_and_opens_the_child(
     with Store(ui_store.db) as store:
         child = store.get(child_id)
     assert child.parent.trajectory_id == ui_store.fork_parent and child.parent.message_index == 5
+
+
+def test_training_page_shows_a_new_iteration_without_reload(
+    browser: WebDriver, ui_url: str, ui_store: UiStore
+) -> None:
+    run = "runs/rl-outcome-seed0"
+    register(ui_store.db, run)
+    for iteration, reward in [(1, 0.06), (2, 0.41), (3, 0.28)]:
+        add_iteration(ui_store.db, run, iteration, reward)
+    browser.get(ui_url + "/training")
+    section = f'section[data-run="{run}"]'
+    _wait(browser, f'{section} tr[data-iteration="3"]')
+    WebDriverWait(browser, 10).until(
+        lambda d: "live" in d.find_element(By.ID, "training-status").text
+    )
+    browser.execute_script("window.notReloaded = true")
+    add_iteration(ui_store.db, run, 4, 0.5)
+    row = _wait(browser, f'{section} tr[data-iteration="4"].live', timeout=15)
+    assert row.text.split()[:3] == ["4", "0.5", "0.5"] and "0.170 [0.125, 0.225]" in row.text
+    assert browser.execute_script("return window.notReloaded === true")
+    held_out = browser.find_elements(By.CSS_SELECTOR, f'{section} [data-plot="held-out"] .ci')
+    assert len(held_out) == 3  # the start, iterations 2 and 4
+    browser.save_screenshot(str(SHOTS / "training-live.png"))

@@ -27,7 +27,8 @@ from trajforge.errors import UserError
 from trajforge.schema import Trajectory
 from trajforge.store import Store
 from trajforge.store.runs import child_count, fork_tree, run_document
-from trajforge.web import compare, datasets, forks, live, run_view, runs, tokens
+from trajforge.store.training import TrainingRun, training_run, training_runs
+from trajforge.web import compare, datasets, forks, live, run_view, runs, tokens, training
 from trajforge.web.forking import fork_form, run_fork
 from trajforge.web.html import error_page, page
 from trajforge.web.queries import run_query
@@ -70,6 +71,7 @@ def create_app(config: UiConfig) -> FastAPI:
     _pages(app, store, scorer, config)
     _views(app, store, config)
     _api(app, store)
+    _training(app, store)
     app.router.on_shutdown.append(store.close)
     return app
 
@@ -289,5 +291,31 @@ def _api(app: FastAPI, store: Store) -> None:
             return runs.live_row(store, traj_id, page_params)
 
         stream = live.run_events(store, request, params, render)
+        headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+        return StreamingResponse(stream, media_type="text/event-stream", headers=headers)
+
+
+def _training(app: FastAPI, store: Store) -> None:
+    """Training runs that record into this store, live (`?run=NAME` narrows to one)."""
+
+    def selected(name: str) -> list[TrainingRun]:
+        if not name:
+            return training_runs(store)
+        run = training_run(store, name)
+        if run is None:
+            raise NotFound(f"no training run {name!r} in this store")
+        return [run]
+
+    @app.get("/training", response_class=HTMLResponse)
+    async def training_page(run: str = "") -> HTMLResponse:
+        return _html("Training", training.training_page(store, selected(run)), "/training")
+
+    @app.get("/api/training")
+    async def api_training(run: str = "") -> JSONResponse:
+        return JSONResponse(training.api_training(store, selected(run)))
+
+    @app.get("/api/training/events")
+    async def api_training_events(request: Request, after: int | None = None) -> StreamingResponse:
+        stream = training.training_events(store, request, after)
         headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
         return StreamingResponse(stream, media_type="text/event-stream", headers=headers)

@@ -14,6 +14,7 @@ from urllib.parse import quote_plus
 NAV = (
     ("/", "Runs"),
     ("/live", "Live"),
+    ("/training", "Training"),
     ("/compare", "Compare"),
     ("/datasets", "Datasets"),
 )

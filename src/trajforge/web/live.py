@@ -20,7 +20,27 @@ WINDOW_S = 3600.0
 """The live page shows what was written in the last hour."""
 
 
-async def run_events(
+async def poll_stream(request: Request, poll: Callable[[], list[bytes]]) -> AsyncIterator[bytes]:
+    """An event stream: what `poll()` returns every `POLL_S` (ready `event:` messages), and
+    a comment now and then while nothing happens, until the client goes away."""
+    yield b": watching\n\n"
+    quiet = 0.0
+    while not await request.is_disconnected():
+        events = poll()
+        for message in events:
+            yield message
+        quiet = 0.0 if events else quiet + POLL_S
+        if quiet >= KEEPALIVE_S:
+            quiet = 0.0
+            yield b": keepalive\n\n"
+        await asyncio.sleep(POLL_S)
+
+
+def event(kind: str, data: dict) -> bytes:
+    return b"event: " + kind.encode() + b"\ndata: " + orjson.dumps(data) + b"\n\n"
+
+
+def run_events(
     store: Store,
     request: Request,
     params: Mapping[str, str],
@@ -29,23 +49,20 @@ async def run_events(
     """`event: run` for every run written from now on that matches the page's filters, with
     its runs-table row as HTML and as JSON."""
     rowid, created_at = latest_position(store)
-    yield b": watching\n\n"
-    quiet = 0.0
-    while not await request.is_disconnected():
-        changes = changes_since(store, rowid, created_at)
-        for change in changes:
+
+    def poll() -> list[bytes]:
+        nonlocal rowid, created_at
+        events = []
+        for change in changes_since(store, rowid, created_at):
             rowid = max(rowid, change.rowid)
             created_at = max(created_at, change.created_at)
             shown = render_row(change.id, params)
             if shown is not None:
                 row_html, row_json = shown
-                data = orjson.dumps({"id": change.id, "html": row_html, "run": row_json})
-                yield b"event: run\ndata: " + data + b"\n\n"
-        quiet = 0.0 if changes else quiet + POLL_S
-        if quiet >= KEEPALIVE_S:
-            quiet = 0.0
-            yield b": keepalive\n\n"
-        await asyncio.sleep(POLL_S)
+                events.append(event("run", {"id": change.id, "html": row_html, "run": row_json}))
+        return events
+
+    return poll_stream(request, poll)
 
 
 def activity_block(store: Store) -> str:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from trajforge.web.html import h
 
@@ -102,7 +102,86 @@ def _axes(n: int, top: float, x_label: str, y_label: str) -> str:
 
 
 def _svg(inner: str, cls: str) -> str:
+    return _sized_svg(inner, cls, WIDTH, HEIGHT)
+
+
+Point = tuple[int, float]
+"""(x, value): an iteration and what was measured there."""
+
+
+def series_plot(
+    series: Mapping[str, Sequence[Point]],
+    low: float,
+    high: float,
+    y_label: str,
+    *,
+    bands: Mapping[str, Sequence[tuple[int, float, float]]] | None = None,
+    threshold: float | None = None,
+    size: tuple[int, int] = (420, 180),
+) -> str:
+    """Lines of values over iterations (one colour per series, in order), with error bars
+    `(x, lo, hi)` for the series named in `bands` and an optional dashed threshold."""
+    width, height = size
+    xs = [x for points in series.values() for x, _ in points]
+    if not xs:
+        return '<p class="dim">nothing measured yet</p>'
+    left, right = min(xs), max(max(xs), min(xs) + 1)
+    span = (high - low) or 1.0
+
+    def px(x: float) -> float:
+        return PAD + (width - 2 * PAD) * (x - left) / (right - left)
+
+    def py(value: float) -> float:
+        clipped = min(max(value, low), high)
+        return height - PAD - (height - 2 * PAD) * (clipped - low) / span
+
+    parts = [_frame(width, height, left, right, low, high, y_label, px)]
+    if threshold is not None:
+        y = py(threshold)
+        parts.append(
+            f'<line x1="{PAD}" x2="{width - PAD}" y1="{y:.1f}" y2="{y:.1f}" class="threshold">'
+            f"<title>{threshold:g}</title></line>"
+        )
+    for index, (name, points) in enumerate(series.items()):
+        colour = f"series{index % 6}"
+        for x, lo, hi in (bands or {}).get(name, []):
+            parts.append(
+                f'<line x1="{px(x):.1f}" x2="{px(x):.1f}" y1="{py(lo):.1f}" y2="{py(hi):.1f}" '
+                f'class="ci {colour}"><title>{h(name)} at {x}: 95% CI [{lo:.3f}, {hi:.3f}]'
+                "</title></line>"
+            )
+        line = " ".join(f"{px(x):.1f},{py(v):.1f}" for x, v in points)
+        parts.append(f'<polyline points="{line}" class="trend {colour}"/>')
+        parts.extend(
+            f'<circle cx="{px(x):.1f}" cy="{py(v):.1f}" r="3" class="{colour}">'
+            f"<title>{h(name)} at {x}: {v:.4g}</title></circle>"
+            for x, v in points
+        )
+    return _sized_svg("".join(parts), "series-plot", width, height)
+
+
+def _frame(
+    width: int, height: int, left: int, right: int, low: float, high: float, y_label: str, px
+) -> str:
+    base = height - PAD
+    step = max(1, (right - left) // 8)
+    ticks = "".join(
+        f'<text x="{px(x):.1f}" y="{base + 14}" class="tick">{x}</text>'
+        for x in range(left, right + 1, step)
+    )
     return (
-        f'<svg class="{cls}" viewBox="0 0 {WIDTH} {HEIGHT}" width="{WIDTH}" height="{HEIGHT}" '
+        f'<line x1="{PAD}" y1="{base}" x2="{width - PAD}" y2="{base}" class="axis"/>'
+        f'<line x1="{PAD}" y1="{PAD}" x2="{PAD}" y2="{base}" class="axis"/>'
+        f'<text x="{PAD - 4}" y="{PAD + 4}" class="tick end">{high:g}</text>'
+        f'<text x="{PAD - 4}" y="{base}" class="tick end">{low:g}</text>{ticks}'
+        f'<text x="{width / 2}" y="{height - 4}" class="axis-label">iteration</text>'
+        f'<text x="10" y="{height / 2}" class="axis-label" '
+        f'transform="rotate(-90 10 {height / 2})">{h(y_label)}</text>'
+    )
+
+
+def _sized_svg(inner: str, cls: str, width: int, height: int) -> str:
+    return (
+        f'<svg class="{cls}" viewBox="0 0 {width} {height}" width="{width}" height="{height}" '
         f'role="img" xmlns="http://www.w3.org/2000/svg">{inner}</svg>'
     )

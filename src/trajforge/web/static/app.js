@@ -47,6 +47,28 @@ function watchActivity(block) {
   });
 }
 
+function watchTraining(holder) {
+  const status = document.getElementById("training-status");
+  const events = new EventSource("/api/training/events?after=" + holder.dataset.after);
+  events.onopen = () => { status.textContent = "live: new iterations appear as the loop writes them"; };
+  events.onerror = () => { status.textContent = "live updates paused (reconnecting)"; };
+  events.addEventListener("iteration", (event) => {
+    const data = JSON.parse(event.data);
+    const box = document.createElement("div");
+    box.innerHTML = data.html;
+    const section = box.firstElementChild;
+    const old = [...holder.querySelectorAll("section.training-run")]
+      .find((s) => s.dataset.run === data.run);
+    if (old) {
+      old.replaceWith(section);
+    } else {
+      holder.prepend(section);
+      const empty = document.getElementById("no-training");
+      if (empty) empty.remove();
+    }
+  });
+}
+
 async function fillRisks(table) {
   const cells = [...table.querySelectorAll("[data-risk]")];
   if (!cells.length) return;
@@ -67,6 +89,8 @@ document.addEventListener("DOMContentLoaded", () => {
     watchRuns(runs);
     fillRisks(runs);
   }
+  const trainingRuns = document.getElementById("training");
+  if (trainingRuns) watchTraining(trainingRuns);
   const activity = document.getElementById("activity");
   if (activity) watchActivity(activity);
   const risk = document.getElementById("risk");
