@@ -91,8 +91,7 @@ def test_masks_exclude_environment_tokens(student_dir: Path, rl_run) -> None:
             )
             masked = set(codec.pieces([t for t, m in zip(seq.ids, seq.mask, strict=True) if not m]))
             assert "<|tool|>" in masked or len(traj.llm_calls) == 1
-        assert learned == completions
-        assert not {"<|tool|>", "<|user|>", "<|assistant|>"} & set(codec.pieces(learned))
+        assert learned == completions  # what the model sampled, role tokens it sampled included
 
 
 def _mismatched_tokenizer(student_dir: Path, out: Path) -> Path:
