@@ -264,6 +264,8 @@ class Arm:
     about: str
     rows: Callable[[Lab, int], list[dict]]
     needs: tuple[str, ...] = ()
+    adds_to: str = "E"
+    """The arm whose data this one extends: paired differences are taken against E and it."""
 
 
 ARMS: list[Arm] = [
@@ -291,6 +293,7 @@ ARMS: list[Arm] = [
         "plus the guided teacher's failures recovered with guidance (correction, privileged "
         "hint), guidance stripped",
         lambda lab, seed: lab.guided_teacher("T", "P"),
+        adds_to="T",
     ),
 ]
 
@@ -433,13 +436,12 @@ def summarize(per_seed: dict[int, dict[str, Any]], arm_names: list[str]) -> dict
         }
         if "teacher" in runs[0]:  # the guided teacher is shared by every seed
             arms[name]["teacher"] = runs[0]["teacher"]
-    if "E" in arms:
-        for name in arms:
-            if name != "E":
-                arms[name]["vs_E"] = {
-                    key: paired_difference(per_seed, name, "E", key)
-                    for key in ("success", "recovery")
-                }
+    adds_to = {arm.name: arm.adds_to for arm in ARMS}
+    for name in arms:
+        for base in sorted({"E", adds_to.get(name, "E")} & set(arms) - {name}):
+            arms[name][f"vs_{base}"] = {
+                key: paired_difference(per_seed, name, base, key) for key in ("success", "recovery")
+            }
     return arms
 
 
@@ -482,6 +484,15 @@ def table(arms: dict[str, Any]) -> str:
             d = versus.get(key) if versus else None
             cells.append(f"{d['diff']:+.3f} [{d['ci'][0]:+.3f}, {d['ci'][1]:+.3f}]" if d else "")
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    for name, arm in arms.items():
+        for base in [k[3:] for k in arm if k.startswith("vs_") and k != "vs_E"]:
+            diffs = [(key, arm[f"vs_{base}"][key]) for key in ("success", "recovery")]
+            shown = ", ".join(
+                f"{key} {d['diff']:+.3f} [{d['ci'][0]:+.3f}, {d['ci'][1]:+.3f}]"
+                for key, d in diffs
+                if d
+            )
+            lines.append(f"{name} vs {base} (paired): {shown}")
     return "\n".join(lines)
 
 
