@@ -80,13 +80,23 @@ def heldout_success(path: Path, worlds: int) -> dict[str, Any]:
 
 
 def pooled(parts: list[dict]) -> dict[str, Any]:
+    """The mean success over seeds. Every seed plays the same held-out worlds, so the interval
+    counts each world once (Wilson at the mean rate over `n` worlds), not once per seed."""
     successes, n = sum(p["successes"] for p in parts), sum(p["n"] for p in parts)
-    return {"success": round(successes / n, 4), "success_ci": list(wilson(successes, n)), "n": n}
+    worlds = parts[0]["n"]
+    mean = successes / n
+    return {
+        "success": round(mean, 4),
+        "success_ci": list(wilson(round(mean * worlds), worlds)),
+        "n": worlds,
+        "seeds": len(parts),
+        "success_by_seed": [p["rate"] for p in parts],
+    }
 
 
 def curve(runs: list[list[dict]], sft: dict, episodes_per_iteration: int) -> list[dict]:
-    """Held-out success per evaluated iteration, pooled over seeds (iteration 0: the SFT)."""
-    points = [{"iteration": 0, "episodes": 0, **pooled([sft] * len(runs))}]
+    """Held-out success per evaluated iteration, the mean over seeds (iteration 0: the SFT)."""
+    points = [{"iteration": 0, "episodes": 0, **pooled([sft])}]
     evaluated = sorted({r["iteration"] for rows in runs for r in rows if "heldout" in r})
     for iteration in evaluated:
         parts = [
@@ -200,6 +210,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--early-stop-after", type=int, default=0, help="default: iterations/4")
     parser.add_argument("--work", type=Path, default=Path("/tmp/rl_loop"))
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument(
+        "--summarize", type=Path, help="Only summarise a result file again from its rows."
+    )
     args = parser.parse_args(argv)
     if args.quick:
         args.seeds, args.iterations, args.tasks, args.group = 1, 2, 2, 4
@@ -216,6 +229,12 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.set_num_threads(1)
     args = parse(argv)
+    if args.summarize:
+        command = "python bench/rl_loop.py " + " ".join(sys.argv[1:] if argv is None else argv)
+        result = resummarize(args.summarize, command)
+        args.summarize.write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2, default=str))
+        print(table(result), flush=True)
+        return 0
     started = time.perf_counter()
     shutil.rmtree(args.work, ignore_errors=True)
     args.work.mkdir(parents=True)
@@ -286,6 +305,33 @@ def main(argv: list[str] | None = None) -> int:
     args.out.write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2, default=str))
     print(table(result), flush=True)
     return 0
+
+
+def resummarize(path: Path, command: str) -> dict[str, Any]:
+    """A result file's summaries made again from the iteration rows it keeps (after a change
+    to how they are summarised); the command is added to the file's `commands`."""
+    result = orjson.loads(path.read_bytes())
+    sft = result["sft"]
+    wins = round(sft["success"] * sft["n"])
+    sft_rate = {"successes": wins, "n": sft["n"], "rate": sft["success"], "ci": sft["success_ci"]}
+    per_iteration = result["settings"]["tasks"] * result["settings"]["group"]
+    kinds = {
+        kind: summarize(result[kind]["iterations"], sft_rate, per_iteration)
+        for kind in (*KINDS, EARLY)
+    }
+    target = kinds["outcome"]["success"]
+    after = result["early_stop"]["monitor_after_iterations"]
+    result.update({kind: kinds[kind] for kind in kinds})
+    result["correlation_min"] = min(k["correlation_min"] for k in kinds.values())
+    for kind in KINDS:
+        reached = episodes_to_reach(kinds[kind]["curve"], target)
+        result[f"{kind}_episodes_to_outcome_final"] = reached
+    result["early_stop"].update(
+        early_stop(kinds["outcome"]["iterations"], kinds[EARLY]["iterations"], after),
+        heldout_final={k: kinds[EARLY][k] for k in ("success", "success_ci")},
+    )
+    result["commands"] = [*result.get("commands", [result["command"]]), command]
+    return result
 
 
 def table(result: dict[str, Any]) -> str:

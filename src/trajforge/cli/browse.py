@@ -9,36 +9,20 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from trajforge.cli.common import (
-    DbOption,
-    EnvOption,
-    HarnessOption,
-    JsonOption,
-    LimitOption,
-    ModelOption,
-    OutcomeOption,
-    TaskOption,
-    console,
-    make_filter,
-    open_store,
-    print_json,
-)
+from trajforge.cli.common import DbOption, JsonOption, console, open_store, print_json
+from trajforge.cli.options import RunFilter, option_sets
 from trajforge.cli.render import render_diagnoses, render_trajectory
 from trajforge.store import TrajectoryRow
 
 
+@option_sets
 def ls_command(
     db: DbOption = None,
-    harness: HarnessOption = None,
-    model: ModelOption = None,
-    env: EnvOption = None,
-    task: TaskOption = None,
-    outcome: OutcomeOption = None,
-    limit: LimitOption = None,
+    runs: RunFilter = RunFilter(),
     json_out: JsonOption = False,
 ) -> None:
     """List stored trajectories (one line each)."""
-    flt = make_filter(harness, model, env, task, outcome, limit)
+    flt = runs.selection()
     with open_store(db) as store:
         rows = store.rows(flt)
     if json_out:

@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from trajforge.errors import UserError
-from trajforge.store import Store, TrajectoryFilter, default_db_path
+from trajforge.store import Store, default_db_path
 
 console = Console()
 err_console = Console(stderr=True)
@@ -34,48 +34,6 @@ DbOption = Annotated[
     ),
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
-HarnessOption = Annotated[str | None, typer.Option("--harness", help="Only this source harness.")]
-ModelOption = Annotated[str | None, typer.Option("--model", help="Only models containing this.")]
-EnvOption = Annotated[str | None, typer.Option("--env", help="Only this environment.")]
-TaskOption = Annotated[str | None, typer.Option("--task", help="Only this task id.")]
-OutcomeOption = Annotated[
-    str | None, typer.Option("--outcome", help="Only 'success' or 'failure' runs.")
-]
-LimitOption = Annotated[int | None, typer.Option("--limit", help="At most this many runs.")]
-BaseUrlOption = Annotated[
-    str | None,
-    typer.Option("--base-url", envvar="TRAJFORGE_BASE_URL", help="OpenAI-compatible endpoint URL."),
-]
-LlmModelOption = Annotated[
-    str | None, typer.Option("--llm-model", envvar="TRAJFORGE_MODEL", help="Model name there.")
-]
-ApiKeyOption = Annotated[
-    str | None, typer.Option("--api-key", envvar="TRAJFORGE_API_KEY", help="API key there.")
-]
-
-
-def make_filter(
-    harness: str | None = None,
-    model: str | None = None,
-    env: str | None = None,
-    task: str | None = None,
-    outcome: str | None = None,
-    limit: int | None = None,
-    ids: list[str] | None = None,
-) -> TrajectoryFilter:
-    """A `TrajectoryFilter` from the common CLI filter options."""
-    if outcome not in (None, "success", "failure"):
-        raise UserError(f"--outcome must be 'success' or 'failure', got '{outcome}'")
-    success = None if outcome is None else outcome == "success"
-    return TrajectoryFilter(
-        ids=ids or [],
-        harness=harness,
-        model=model,
-        environment=env,
-        task_id=task,
-        success=success,
-        limit=limit,
-    )
 
 
 def open_store(db: Path | None, must_exist: bool = True) -> Store:

@@ -9,22 +9,15 @@ import typer
 from rich.table import Table
 
 from trajforge.cli.common import (
-    BaseUrlOption,
     DbOption,
-    EnvOption,
-    HarnessOption,
     JsonOption,
-    LimitOption,
-    LlmModelOption,
-    ModelOption,
-    TaskOption,
     console,
     guarded,
-    make_filter,
     open_store,
     print_json,
     progress_bar,
 )
+from trajforge.cli.options import Endpoint, Offer, RunFilter, RunFilterNoOutcome, option_sets
 from trajforge.diagnose.model import Diagnosis
 from trajforge.errors import UserError
 
@@ -53,6 +46,9 @@ EvidenceOption = Annotated[
     ),
 ]
 
+EndpointNoKey = Annotated[Endpoint, Offer(without=("api_key",))]
+# the judge's key comes from the environment ($TRAJFORGE_API_KEY, $OPENAI_API_KEY)
+
 JUDGE_MODES = ("all-at-once", "step-by-step")
 
 app = typer.Typer(
@@ -71,8 +67,7 @@ ModelFileOption = Annotated[
 
 def _localizer(
     method: str,
-    base_url: str | None,
-    llm_model: str | None,
+    endpoint: Endpoint,
     mode: str,
     model_file: Path | None = None,
     evidence_first: bool = True,
@@ -94,26 +89,22 @@ def _localizer(
     judge_mode = next((m for m in get_args(JudgeMode) if m == mode), None)
     if judge_mode is None:
         raise UserError(f"--judge-mode must be one of {', '.join(JUDGE_MODES)}, got '{mode}'")
-    from trajforge.models.openai_compat import OpenAICompatibleModel, OpenAIModelConfig
+    from trajforge.models.openai_compat import OpenAICompatibleModel
 
-    model = OpenAICompatibleModel(OpenAIModelConfig(base_url=base_url, model=llm_model))
+    model = OpenAICompatibleModel(endpoint.model_config())
     config = JudgeConfig(mode=judge_mode, evidence_first=evidence_first)
     return make_localizer("llm", model=model, config=config)
 
 
 @app.callback(invoke_without_command=True)
+@option_sets
 def diagnose_command(
     ctx: typer.Context,
     db: DbOption = None,
-    harness: HarnessOption = None,
-    model: ModelOption = None,
-    env: EnvOption = None,
-    task: TaskOption = None,
-    limit: LimitOption = None,
+    runs: RunFilterNoOutcome = RunFilter(),
     ids: IdsOption = None,
     method: MethodOption = "heuristic",
-    base_url: BaseUrlOption = None,
-    llm_model: LlmModelOption = None,
+    endpoint: EndpointNoKey = Endpoint(),
     judge_mode: JudgeModeOption = "all-at-once",
     model_file: ModelFileOption = None,
     judge_evidence: EvidenceOption = True,
@@ -124,8 +115,8 @@ def diagnose_command(
         return
     guarded(_run)(
         db,
-        make_filter(harness, model, env, task, None, limit, ids),
-        lambda: _localizer(method, base_url, llm_model, judge_mode, model_file, judge_evidence),
+        runs.selection(ids),
+        lambda: _localizer(method, endpoint, judge_mode, model_file, judge_evidence),
         json_out,
     )
 
@@ -208,17 +199,13 @@ NeverTuneOption = Annotated[
 
 
 @app.command("eval")
+@option_sets
 def eval_command(
     db: DbOption = None,
-    harness: HarnessOption = None,
-    model: ModelOption = None,
-    env: EnvOption = None,
-    task: TaskOption = None,
-    limit: LimitOption = None,
+    runs: RunFilterNoOutcome = RunFilter(),
     ids: IdsOption = None,
     method: MethodOption = "heuristic",
-    base_url: BaseUrlOption = None,
-    llm_model: LlmModelOption = None,
+    endpoint: EndpointNoKey = Endpoint(),
     judge_mode: JudgeModeOption = "all-at-once",
     split: SplitOption = "task",
     folds: Annotated[int, typer.Option("--folds", help="Task folds per dataset.")] = 5,
@@ -241,8 +228,8 @@ def eval_command(
     """
     guarded(_eval)(
         db,
-        make_filter(harness, model, env, task, None, limit, ids),
-        lambda: _localizer(method, base_url, llm_model, judge_mode, model_file, judge_evidence),
+        runs.selection(ids),
+        lambda: _localizer(method, endpoint, judge_mode, model_file, judge_evidence),
         lambda: _holdout_config(split, folds, seed, bootstrap, never_tune),
         fresh,
         json_out,
@@ -344,14 +331,11 @@ def _synthesize(db, env, failures, error_rate, seed, max_attempts, json_out) -> 
 
 
 @app.command("train")
+@option_sets
 def train_command(
     out: Annotated[Path, typer.Option("--out", "-o", help="Where to write the model file.")],
     db: DbOption = None,
-    harness: HarnessOption = None,
-    model: ModelOption = None,
-    env: EnvOption = None,
-    task: TaskOption = None,
-    limit: LimitOption = None,
+    runs: RunFilterNoOutcome = RunFilter(),
     ids: IdsOption = None,
     calibrate: Annotated[
         bool,
@@ -368,7 +352,7 @@ def train_command(
     --model-file` scores those as in-sample, apart from the rest. With --calibrate (default)
     it abstains to the calibrated prior below the confidence chosen on the training runs.
     """
-    flt = make_filter(harness, model, env, task, None, limit, ids)
+    flt = runs.selection(ids)
     guarded(_train)(db, flt, out, calibrate, json_out)
 
 
@@ -388,14 +372,11 @@ def _train(db, flt, out, calibrate, json_out) -> None:
 
 
 @app.command("views")
+@option_sets
 def views_command(
     out: Annotated[Path, typer.Option("--out", "-o", help="Folder for the views and card.")],
     db: DbOption = None,
-    harness: HarnessOption = None,
-    model: ModelOption = None,
-    env: EnvOption = None,
-    task: TaskOption = None,
-    limit: LimitOption = None,
+    runs: RunFilterNoOutcome = RunFilter(),
     ids: IdsOption = None,
     method: Annotated[
         str | None, typer.Option("--method", help="Only diagnoses made by this method.")
@@ -412,7 +393,7 @@ def views_command(
     """
     guarded(_views)(
         db,
-        make_filter(harness, model, env, task, None, limit, ids),
+        runs.selection(ids),
         method,
         out,
         include_unverified,

@@ -9,27 +9,12 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from trajforge.cli.common import (
-    ApiKeyOption,
-    BaseUrlOption,
-    DbOption,
-    EnvOption,
-    HarnessOption,
-    JsonOption,
-    LimitOption,
-    LlmModelOption,
-    ModelOption,
-    OutcomeOption,
-    TaskOption,
-    console,
-    make_filter,
-    open_store,
-    print_json,
-)
+from trajforge.cli.common import DbOption, JsonOption, console, open_store, print_json
+from trajforge.cli.options import Endpoint, RunFilter, UserOption, option_sets
 from trajforge.envs.replay import ReplaySummary, replay_many, state_at
 from trajforge.errors import UserError
 from trajforge.rollout.episode import Limits
-from trajforge.rollout.factory import AgentSpec, ForkPoint, PolicyOptions, UserKind, build
+from trajforge.rollout.factory import AgentSpec, ForkPoint, UserKind, build
 from trajforge.rollout.fork import ForkOptions, check_fork_index, fork, fork_summary
 from trajforge.rollout.handoff import HandoffConfig, HandoffMatrix, run_matrix
 from trajforge.schema import Trajectory
@@ -41,19 +26,14 @@ SeedArg = Annotated[int, typer.Option("--seed", help="Seed of the noisy expert's
 ErrorRateArg = Annotated[
     float, typer.Option("--error-rate", min=0.0, max=1.0, help="noisy-expert: error rate.")
 ]
-UserArg = Annotated[str, typer.Option("--user", help="User simulator: scripted or llm.")]
 MaxStepsArg = Annotated[int, typer.Option("--max-steps", min=1, help="Assistant steps at most.")]
 
 
+@option_sets
 def replay_command(
     ids: Annotated[list[str] | None, typer.Argument(help="Trajectory ids (default: all).")] = None,
     db: DbOption = None,
-    harness: HarnessOption = None,
-    model: ModelOption = None,
-    env: EnvOption = None,
-    task: TaskOption = None,
-    outcome: OutcomeOption = None,
-    limit: LimitOption = None,
+    runs: RunFilter = RunFilter(),
     at: Annotated[
         int | None,
         typer.Option("--at", help="With one id: show the state after the first N messages."),
@@ -64,9 +44,8 @@ def replay_command(
     if at is not None:
         _show_state(ids or [], at, db, json_out)
         return
-    flt = make_filter(harness, model, env, task, outcome, limit, ids)
     with open_store(db) as store:
-        summary = replay_many(store.query(flt), explicit=bool(ids))
+        summary = replay_many(store.query(runs.selection(ids)), explicit=bool(ids))
     if json_out:
         print_json(summary.model_dump(mode="json"))
         return
@@ -130,22 +109,21 @@ def print_replay(summary: ReplaySummary, console: Console) -> None:
         )
 
 
+@option_sets
 def fork_command(
     traj_id: Annotated[str, typer.Argument(help="Parent trajectory id or unique prefix.")],
     at: Annotated[int, typer.Option("--at", help="Keep the parent's first N messages.")],
     policy: PolicyArg = "expert",
     seed: SeedArg = 0,
     error_rate: ErrorRateArg = 0.2,
-    user: UserArg = "scripted",
+    user: UserOption = "scripted",
     max_steps: MaxStepsArg = 50,
-    base_url: BaseUrlOption = None,
-    llm_model: LlmModelOption = None,
-    api_key: ApiKeyOption = None,
+    endpoint: Endpoint = Endpoint(),
     db: DbOption = None,
     json_out: JsonOption = False,
 ) -> None:
     """Fork a stored run at message N and continue it with a policy; stores the child."""
-    spec = _spec(policy, error_rate, user, base_url, llm_model, api_key)
+    spec = _spec(policy, error_rate, user, endpoint)
     with open_store(db) as store:
         parent = store.get(traj_id)
         check_fork_index(parent, at)
@@ -166,23 +144,14 @@ def fork_command(
     )
 
 
-def _spec(
-    policy: str,
-    error_rate: float,
-    user: str,
-    base_url: str | None,
-    llm_model: str | None,
-    api_key: str | None,
-) -> AgentSpec:
+def _spec(policy: str, error_rate: float, user: str, endpoint: Endpoint) -> AgentSpec:
     kind = next((k for k in get_args(UserKind) if k == user), None)
     if kind is None:
         raise UserError(f"--user must be 'scripted' or 'llm', got '{user}'")
-    options = PolicyOptions(
-        error_rate=error_rate, base_url=base_url, model=llm_model, api_key=api_key
-    )
-    return AgentSpec(policy=policy, options=options, user=kind)
+    return AgentSpec(policy=policy, options=endpoint.policy_options(error_rate), user=kind)
 
 
+@option_sets
 def handoff_command(
     env: Annotated[str, typer.Option("--env", help="Environment (tau-retail, tau-airline...).")],
     reacher: Annotated[list[str], typer.Option("--reacher", help="Reacher policy (repeat).")],
@@ -196,11 +165,9 @@ def handoff_command(
     ] = None,
     seed: SeedArg = 0,
     error_rate: ErrorRateArg = 0.2,
-    user: UserArg = "scripted",
+    user: UserOption = "scripted",
     max_steps: MaxStepsArg = 50,
-    base_url: BaseUrlOption = None,
-    llm_model: LlmModelOption = None,
-    api_key: ApiKeyOption = None,
+    endpoint: Endpoint = Endpoint(),
     save: Annotated[
         bool, typer.Option("--save", help="Store the reacher and solver runs (in --db).")
     ] = False,
@@ -208,10 +175,7 @@ def handoff_command(
     json_out: JsonOption = False,
 ) -> None:
     """REACH / SOLVE / end-to-end of reacher → solver handoffs over an environment's tasks."""
-    specs = {
-        name: _spec(name, error_rate, user, base_url, llm_model, api_key)
-        for name in [*reacher, *solver]
-    }
+    specs = {name: _spec(name, error_rate, user, endpoint) for name in [*reacher, *solver]}
     config = HandoffConfig(k=k, at=at, limits=Limits(max_steps=max_steps))
     runs: list[Trajectory] | None = [] if save else None
     matrix = run_matrix(env, reacher, solver, specs, config, tasks, collect=runs, seed=seed)

@@ -11,22 +11,15 @@ from rich import progress as rich_progress
 from rich.table import Table
 
 from trajforge.cli.common import (
-    ApiKeyOption,
-    BaseUrlOption,
     DbOption,
-    EnvOption,
-    HarnessOption,
     JsonOption,
-    LimitOption,
-    ModelOption,
-    OutcomeOption,
     console,
     err_console,
     guarded,
-    make_filter,
     open_store,
     print_json,
 )
+from trajforge.cli.options import Endpoint, Offer, RunFilter, option_sets
 from trajforge.errors import UserError
 
 train_app = typer.Typer(help="Train a student on trajforge data.", no_args_is_help=True)
@@ -58,12 +51,12 @@ def read_dataset(path: Path) -> list[dict[str, Any]]:
     return rows
 
 
-def stored_rows(db: Path | None, flt) -> list[dict[str, Any]]:
+def stored_rows(db: Path | None, runs: RunFilter) -> list[dict[str, Any]]:
     """Training rows of stored runs; a labelled deliberate error is never a target."""
     from trajforge.generate.recovery import training_row
 
     with open_store(db) as store:
-        trajs = list(store.query(flt))
+        trajs = list(store.query(runs.selection()))
     return [
         training_row(
             t,
@@ -81,11 +74,7 @@ def sft_command(
     out: Annotated[Path, typer.Option("--out", help="Checkpoint directory to write.")],
     data: DataOption = None,
     db: DbOption = None,
-    harness: HarnessOption = None,
-    model_filter: ModelOption = None,
-    env: EnvOption = None,
-    outcome: OutcomeOption = None,
-    limit: LimitOption = None,
+    runs: Annotated[RunFilter, Offer(without=("task",))] = RunFilter(),
     base: Annotated[
         str, typer.Option("--base", help="'tiny' (from scratch) or a Hugging Face causal LM.")
     ] = "tiny",
@@ -102,8 +91,7 @@ def sft_command(
     from trajforge.train.evaluate import check_training_tasks
     from trajforge.train.sft import SFTConfig, train_sft
 
-    flt = make_filter(harness, model_filter, env, None, outcome, limit)
-    rows = [r for path in data for r in read_dataset(path)] if data else stored_rows(db, flt)
+    rows = [r for path in data for r in read_dataset(path)] if data else stored_rows(db, runs)
     tasks = sorted({str(r["task_id"]) for r in rows if r.get("task_id")})
     check_training_tasks(tasks)
     config = SFTConfig(
@@ -137,7 +125,7 @@ def sft_command(
     err_console.print(f"wrote checkpoint {out} ({len(rows)} rows, {steps} steps)", highlight=False)
 
 
-train_app.command("sft")(guarded(sft_command))
+train_app.command("sft")(guarded(option_sets(sft_command)))
 
 
 def serve_command(
@@ -162,6 +150,10 @@ def serve_command(
     uvicorn.run(app.app, host=host, port=port, log_level="warning", access_log=False)
 
 
+EvalModelOption = Annotated[str | None, typer.Option("--llm-model", help="llm: model name.")]
+
+
+@option_sets
 def eval_command(
     checkpoint: Annotated[
         Path | None, typer.Option("--ckpt", help="Evaluate this checkpoint (batched, in-process).")
@@ -181,9 +173,7 @@ def eval_command(
     trained_on: Annotated[
         Path | None, typer.Option("--trained-on", help="JSON list of training task ids to avoid.")
     ] = None,
-    base_url: BaseUrlOption = None,
-    llm_model: Annotated[str | None, typer.Option("--llm-model", help="llm: model name.")] = None,
-    api_key: ApiKeyOption = None,
+    endpoint: Annotated[Endpoint, Offer(options={"llm_model": EvalModelOption})] = Endpoint(),
     as_json: JsonOption = False,
 ) -> None:
     """Held-out success (95% CI, pass^k) and recovery from perturbed states (household)."""
@@ -204,9 +194,9 @@ def eval_command(
         report = evaluate_checkpoint(checkpoint, config, avoid)
     elif policy is not None:
         options = {
-            "base_url": base_url,
-            "model": llm_model,
-            "api_key": api_key,
+            "base_url": endpoint.base_url,
+            "model": endpoint.llm_model,
+            "api_key": endpoint.api_key,
             "temperature": temperature,
         }
         report = evaluate_policy(policy, options, config, avoid)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -11,22 +12,15 @@ import typer
 from rich.table import Table
 
 from trajforge.cli.common import (
-    ApiKeyOption,
-    BaseUrlOption,
     DbOption,
-    EnvOption,
-    HarnessOption,
     JsonOption,
-    LimitOption,
-    LlmModelOption,
-    TaskOption,
     console,
     guarded,
-    make_filter,
     open_store,
     print_json,
     progress_bar,
 )
+from trajforge.cli.options import Endpoint, Offer, RunFilter, option_sets
 from trajforge.errors import UserError
 from trajforge.schema import Trajectory
 
@@ -59,24 +53,26 @@ AgentModelOption = Annotated[
     ),
 ]
 
+MonitorRuns = Annotated[RunFilter, Offer(without=("outcome",), options={"model": AgentModelOption})]
 
-def _stored(db, harness, agent_model, env, task, limit) -> list[Trajectory]:
+
+def _stored(db: Path | None, where: RunFilter) -> list[Trajectory]:
     with open_store(db) as store:
-        return list(store.query(make_filter(harness, agent_model, env, task, None, limit)))
+        return list(store.query(where.selection()))
 
 
-def _runs(db, harness, agent_model, env, task, limit, progress=None) -> list[RunFeatures]:
+def _runs(db: Path | None, where: RunFilter, progress=None) -> list[RunFeatures]:
     """Featurized runs of the filter; advances a "reading runs" bar when `progress` is given."""
     from trajforge.monitor import featurize_runs
 
-    flt = make_filter(harness, agent_model, env, task, None, None)  # --limit counts usable runs
+    flt = dataclasses.replace(where, limit=None).selection()  # --limit counts usable runs
     with open_store(db) as store:
         trajs = store.query(flt)
         if progress is not None:
             bar = progress.add_task("reading runs", total=store.count(flt))
             trajs = _advancing(trajs, progress, bar)
         usable = (run for traj in trajs for run in featurize_runs([traj]))
-        runs = list(itertools.islice(usable, limit))
+        runs = list(itertools.islice(usable, where.limit))
     if not runs:
         raise UserError("no stored runs with a known outcome match the filters")
     return runs
@@ -92,18 +88,14 @@ def train_command(
     out: Annotated[Path, typer.Option("--out", help="Where to write the model file.")],
     detector: DetectorOption = "learned",
     db: DbOption = None,
-    harness: HarnessOption = None,
-    agent_model: AgentModelOption = None,
-    env: EnvOption = None,
-    task: TaskOption = None,
-    limit: LimitOption = None,
+    where: MonitorRuns = RunFilter(),
     json_out: JsonOption = False,
 ) -> None:
     """Train a detector on the selected runs (all of them) and save it."""
     from trajforge.monitor import DETECTORS, save_detector
 
     with progress_bar(json_out) as progress:
-        runs = _runs(db, harness, agent_model, env, task, limit, progress)
+        runs = _runs(db, where, progress)
         progress.add_task(f"training {detector} detector", total=None)
         trained: Detector = DETECTORS.get(detector)()
         trained.fit(runs)
@@ -148,11 +140,7 @@ def _learned_info(detector: Detector) -> dict[str, Any]:
 def eval_command(
     model_file: MonitorFileOption = None,
     db: DbOption = None,
-    harness: HarnessOption = None,
-    agent_model: AgentModelOption = None,
-    env: EnvOption = None,
-    task: TaskOption = None,
-    limit: LimitOption = None,
+    where: MonitorRuns = RunFilter(),
     folds: Annotated[int, typer.Option("--folds", help="Task-grouped CV folds.")] = 5,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the task split.")] = 0,
     bootstrap: Annotated[int, typer.Option("--bootstrap", help="Bootstrap rounds (CIs).")] = 200,
@@ -172,7 +160,7 @@ def eval_command(
     )
 
     with progress_bar(json_out) as progress:
-        runs = _runs(db, harness, agent_model, env, task, limit, progress)
+        runs = _runs(db, where, progress)
         detectors = ["learned", *(("length", "rule") if baselines else ())]
         stages = 1 if model_file is not None else folds * len(detectors)
         bar = progress.add_task("evaluating", total=stages + 1)
@@ -291,25 +279,18 @@ def render_risk(traj: Trajectory, model_file: Path) -> None:
 
 def judge_command(
     step: Annotated[int, typer.Option("--step", min=1, help="Judge runs after this step.")] = 20,
-    base_url: BaseUrlOption = None,
-    llm_model: LlmModelOption = None,
-    api_key: ApiKeyOption = None,
+    endpoint: Endpoint = Endpoint(),
     workers: Annotated[int, typer.Option("--workers", min=1, help="Concurrent calls.")] = 4,
     db: DbOption = None,
-    harness: HarnessOption = None,
-    agent_model: AgentModelOption = None,
-    env: EnvOption = None,
-    task: TaskOption = None,
-    limit: LimitOption = None,
+    where: MonitorRuns = RunFilter(),
     json_out: JsonOption = False,
 ) -> None:
     """Ask a chat model for the failure risk of each run after --step; AUROC of its answers."""
-    from trajforge.models.openai_compat import OpenAICompatibleModel, OpenAIModelConfig
+    from trajforge.models.openai_compat import OpenAICompatibleModel
     from trajforge.monitor.judge import PrefixJudge, judge_at_step, runs_going
 
-    config = OpenAIModelConfig(base_url=base_url, model=llm_model, api_key=api_key)
-    judge = PrefixJudge(OpenAICompatibleModel(config))
-    going = runs_going(_stored(db, harness, agent_model, env, task, None), step)[:limit]
+    judge = PrefixJudge(OpenAICompatibleModel(endpoint.model_config()))
+    going = runs_going(_stored(db, dataclasses.replace(where, limit=None)), step)[: where.limit]
     with progress_bar(json_out) as progress:
         bar = progress.add_task(f"judging step {step}", total=len(going))
         summary = judge_at_step(judge, going, step, workers, lambda: progress.advance(bar))
@@ -327,7 +308,7 @@ def judge_command(
         )
 
 
-app.command("train")(guarded(train_command))
-app.command("eval")(guarded(eval_command))
+app.command("train")(guarded(option_sets(train_command)))
+app.command("eval")(guarded(option_sets(eval_command)))
 app.command("score")(guarded(score_command))
-app.command("judge")(guarded(judge_command))
+app.command("judge")(guarded(option_sets(judge_command)))

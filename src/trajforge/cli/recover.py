@@ -8,23 +8,8 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from trajforge.cli.common import (
-    ApiKeyOption,
-    BaseUrlOption,
-    DbOption,
-    EnvOption,
-    HarnessOption,
-    JsonOption,
-    LimitOption,
-    LlmModelOption,
-    ModelOption,
-    TaskOption,
-    console,
-    make_filter,
-    open_store,
-    print_json,
-    progress_bar,
-)
+from trajforge.cli.common import DbOption, JsonOption, console, open_store, print_json, progress_bar
+from trajforge.cli.options import Endpoint, RunFilter, RunFilterNoOutcome, UserOption, option_sets
 
 SourceArg = Annotated[
     list[str] | None,
@@ -40,20 +25,15 @@ StartArg = Annotated[
 ]
 
 
+@option_sets
 def recover_command(
     db: DbOption = None,
-    harness: HarnessOption = None,
-    model: ModelOption = None,
-    env: EnvOption = None,
-    task: TaskOption = None,
-    limit: LimitOption = None,
+    runs: RunFilterNoOutcome = RunFilter(),
     ids: Annotated[list[str] | None, typer.Option("--id", help="Only these runs.")] = None,
     teacher: Annotated[
         str, typer.Option("--teacher", help="Teacher policy: llm, expert, or module:Class.")
     ] = "llm",
-    user: Annotated[
-        str, typer.Option("--user", help="User simulator: scripted or llm.")
-    ] = "scripted",
+    user: UserOption = "scripted",
     source: SourceArg = None,
     start: StartArg = None,
     rounds: Annotated[int, typer.Option("--rounds", min=1, help="LLM guidance rounds (K).")] = 3,
@@ -63,9 +43,7 @@ def recover_command(
     max_steps: Annotated[int, typer.Option("--max-steps", min=1, help="Teacher steps.")] = 40,
     out: Annotated[Path | None, typer.Option("--out", help="Write recovered.jsonl here.")] = None,
     save: Annotated[bool, typer.Option("--save/--no-save", help="Store the demos.")] = True,
-    base_url: BaseUrlOption = None,
-    llm_model: LlmModelOption = None,
-    api_key: ApiKeyOption = None,
+    endpoint: Endpoint = Endpoint(),
     json_out: JsonOption = False,
 ) -> None:
     """Search guidance that makes the teacher pass each failed run; keep clean demos."""
@@ -80,12 +58,12 @@ def recover_command(
         rounds=rounds,
         intervene=intervene,
         max_steps=max_steps,
-        base_url=base_url,
-        llm_model=llm_model,
-        api_key=api_key,
+        base_url=endpoint.base_url,
+        llm_model=endpoint.llm_model,
+        api_key=endpoint.api_key,
     )
     recovery = build_recovery(setup)
-    flt = make_filter(harness, model, env, task, "failure", limit, ids)
+    flt = runs.selection(ids, outcome="failure")
     with open_store(db) as store, progress_bar(json_out) as progress:
         bar = progress.add_task("recovering", total=store.count(flt))
         report, demos = recover_store(

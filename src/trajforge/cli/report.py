@@ -9,20 +9,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from trajforge.cli.common import (
-    DbOption,
-    EnvOption,
-    HarnessOption,
-    JsonOption,
-    LimitOption,
-    ModelOption,
-    OutcomeOption,
-    TaskOption,
-    console,
-    make_filter,
-    open_store,
-    print_json,
-)
+from trajforge.cli.common import DbOption, JsonOption, console, open_store, print_json
+from trajforge.cli.options import Offer, RunFilter, option_sets
 from trajforge.export import EXPORTERS, export
 from trajforge.outputs import check_output_path
 from trajforge.schema import json_schema
@@ -30,18 +18,15 @@ from trajforge.store import default_db_path
 from trajforge.store.stats import compute_stats
 
 
+@option_sets
 def stats_command(
     db: DbOption = None,
-    harness: HarnessOption = None,
-    model: ModelOption = None,
-    env: EnvOption = None,
-    task: TaskOption = None,
-    outcome: OutcomeOption = None,
+    runs: Annotated[RunFilter, Offer(without=("limit",))] = RunFilter(),
     json_out: JsonOption = False,
 ) -> None:
     """Counts and success rates by source, model and environment; step and token spreads."""
     with open_store(db) as store:
-        report = compute_stats(store, make_filter(harness, model, env, task, outcome))
+        report = compute_stats(store, runs.selection())
     if json_out:
         print_json(report)
         return
@@ -103,6 +88,7 @@ def _number(value: float) -> str:
     return f"{value:,.1f}"
 
 
+@option_sets
 def export_command(
     out: Annotated[Path, typer.Option("--out", "-o", help="File to write.")],
     fmt: Annotated[
@@ -114,12 +100,7 @@ def export_command(
         ),
     ] = None,
     db: DbOption = None,
-    harness: HarnessOption = None,
-    model: ModelOption = None,
-    env: EnvOption = None,
-    task: TaskOption = None,
-    outcome: OutcomeOption = None,
-    limit: LimitOption = None,
+    runs: RunFilter = RunFilter(),
 ) -> None:
     """Export trajectories (JSONL round-trips exactly; Parquet for analytics).
 
@@ -129,8 +110,7 @@ def export_command(
     EXPORTERS.get(fmt)  # fail on an unknown format before reading
     check_output_path(out, protected=[db or default_db_path()])
     with open_store(db) as store:
-        flt = make_filter(harness, model, env, task, outcome, limit)
-        count = export(fmt, store, out, flt)
+        count = export(fmt, store, out, runs.selection())
     console.print(f"wrote {count} trajectories to {out} ({fmt})")
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -10,17 +11,8 @@ from rich import progress as rich_progress
 from rich.console import Console
 from rich.table import Table
 
-from trajforge.cli.common import (
-    ApiKeyOption,
-    BaseUrlOption,
-    DbOption,
-    JsonOption,
-    LlmModelOption,
-    console,
-    err_console,
-    open_store,
-    print_json,
-)
+from trajforge.cli.common import DbOption, JsonOption, console, err_console, open_store, print_json
+from trajforge.cli.options import Offer, PolicyFlags, option_sets
 from trajforge.envs.faults import check_tools, parse_fault_spec
 from trajforge.evaluate.robustness import ConditionReport, KindReport, run_robustness
 from trajforge.generate.rft import RFTConfig, rft_dataset
@@ -55,9 +47,28 @@ SeedArg = Annotated[int, typer.Option("--seed", help="Batch seed (policies and f
 MaxStepsArg = Annotated[int, typer.Option("--max-steps", help="Assistant steps per episode.")]
 MaxTokensArg = Annotated[int | None, typer.Option("--max-tokens", help="Model tokens at most.")]
 MaxWallArg = Annotated[float | None, typer.Option("--max-wall", help="Seconds per episode.")]
-TemperatureArg = Annotated[float, typer.Option("--temperature", help="llm: temperature.")]
-ErrorRateArg = Annotated[float, typer.Option("--error-rate", help="noisy-expert: error rate.")]
 RunArg = Annotated[str | None, typer.Option("--run", help="Run name stored with each episode.")]
+
+
+@dataclass(frozen=True)
+class BatchFlags:
+    """How a batch runs: parallelism, backend, seed and the limits of each episode."""
+
+    concurrency: ConcurrencyArg = 1
+    backend: BackendArg = "local"
+    seed: SeedArg = 0
+    max_steps: MaxStepsArg = 50
+    max_tokens: MaxTokensArg = None
+    max_wall: MaxWallArg = None
+
+    def limits(self) -> Limits:
+        return Limits(
+            max_steps=self.max_steps, max_tokens=self.max_tokens, max_wall_s=self.max_wall
+        )
+
+
+# the batch flags of the commands that limit episodes by steps only
+StepLimitedBatch = Annotated[BatchFlags, Offer(without=("max_tokens", "max_wall"))]
 
 
 class LiveProgress(Progress):
@@ -113,14 +124,13 @@ def build_config(
     policy: str,
     n: int,
     faults: list[str] | None,
-    seed: int,
-    limits: Limits,
+    batch: BatchFlags,
     options: PolicyOptions,
     run: str | None = None,
 ) -> RolloutConfig:
     """Validate the options (faults first: they fail fastest) and select the tasks."""
     spec = parse_fault_spec(faults or [])
-    build(AgentSpec(policy=policy, options=options), seed)  # unknown names etc. fail here, once
+    build(AgentSpec(policy=policy, options=options), batch.seed)  # unknown names fail here, once
     environment = make_env(env)
     check_tools(spec, environment)
     selected = select_tasks(environment, tasks)
@@ -131,17 +141,17 @@ def build_config(
         options=options,
         n=n,
         faults=faults or [],
-        seed=seed,
-        limits=limits,
+        seed=batch.seed,
+        limits=batch.limits(),
         run=run,
     )
 
 
 def execute(
-    config: RolloutConfig, db: Path | None, backend: str, concurrency: int, show: bool
+    config: RolloutConfig, db: Path | None, batch: BatchFlags, show: bool
 ) -> tuple[BatchSummary, list[FinishedEpisode]]:
     """Run a batch into the store, with a live bar when `show`."""
-    run_on = BACKENDS.get(backend)
+    run_on, concurrency = BACKENDS.get(batch.backend), batch.concurrency
     with open_store(db, must_exist=False) as store:
         if not show:
             return run_episodes(config, store, run_on, concurrency)
@@ -152,49 +162,22 @@ def execute(
             return run_episodes(config, store, run_on, concurrency, live)
 
 
-def policy_options(
-    error_rate: float,
-    base_url: str | None,
-    llm_model: str | None,
-    api_key: str | None,
-    temperature: float,
-) -> PolicyOptions:
-    """The policy options of the rollout commands' shared flags."""
-    return PolicyOptions(
-        error_rate=error_rate,
-        base_url=base_url,
-        model=llm_model,
-        api_key=api_key,
-        temperature=temperature,
-    )
-
-
+@option_sets
 def rollout_command(
     env: EnvArg,
     tasks: TasksArg = "10",
     policy: PolicyArg = "expert",
     n: SamplesArg = 1,
     faults: FaultsArg = None,
-    concurrency: ConcurrencyArg = 1,
-    backend: BackendArg = "local",
-    seed: SeedArg = 0,
-    max_steps: MaxStepsArg = 50,
-    max_tokens: MaxTokensArg = None,
-    max_wall: MaxWallArg = None,
-    base_url: BaseUrlOption = None,
-    llm_model: LlmModelOption = None,
-    api_key: ApiKeyOption = None,
-    temperature: TemperatureArg = 0.0,
-    error_rate: ErrorRateArg = 0.2,
+    batch: BatchFlags = BatchFlags(),
+    llm: PolicyFlags = PolicyFlags(),
     run: RunArg = None,
     db: DbOption = None,
     json_out: JsonOption = False,
 ) -> None:
     """Run a policy on tasks of an environment (optionally with tool faults) into the store."""
-    limits = Limits(max_steps=max_steps, max_tokens=max_tokens, max_wall_s=max_wall)
-    options = policy_options(error_rate, base_url, llm_model, api_key, temperature)
-    config = build_config(env, tasks, policy, n, faults, seed, limits, options, run)
-    summary, _ = execute(config, db, backend, concurrency, show=not json_out)
+    config = build_config(env, tasks, policy, n, faults, batch, llm.options(), run)
+    summary, _ = execute(config, db, batch, show=not json_out)
     if json_out:
         print_json(summary.model_dump())
         return
@@ -215,6 +198,7 @@ def print_summary(summary: BatchSummary, out: Console | None = None) -> None:
     (out or console).print(table)
 
 
+@option_sets
 def rft_command(
     env: EnvArg,
     out: Annotated[Path, typer.Option("--out", help="Output folder (train.jsonl, yield.json).")],
@@ -224,23 +208,14 @@ def rft_command(
     similarity: Annotated[
         float, typer.Option("--similarity", help="Drop samples at least this similar.")
     ] = 0.9,
-    concurrency: ConcurrencyArg = 1,
-    backend: BackendArg = "local",
-    seed: SeedArg = 0,
-    max_steps: MaxStepsArg = 50,
-    base_url: BaseUrlOption = None,
-    llm_model: LlmModelOption = None,
-    api_key: ApiKeyOption = None,
-    temperature: TemperatureArg = 0.7,
-    error_rate: ErrorRateArg = 0.2,
+    batch: StepLimitedBatch = BatchFlags(),
+    llm: PolicyFlags = PolicyFlags(temperature=0.7),
     db: DbOption = None,
     json_out: JsonOption = False,
 ) -> None:
     """Sample K rollouts per task, keep verified successes without near-duplicates, write SFT."""
-    options = policy_options(error_rate, base_url, llm_model, api_key, temperature)
-    limits = Limits(max_steps=max_steps)
-    config = build_config(env, tasks, policy, k, None, seed, limits, options, run="rft")
-    _, episodes = execute(config, db, backend, concurrency, show=not json_out)
+    config = build_config(env, tasks, policy, k, None, batch, llm.options(), run="rft")
+    _, episodes = execute(config, db, batch, show=not json_out)
     trajs = [episode.trajectory() for episode in episodes]
     result = rft_dataset(trajs, env, out, RFTConfig(similarity=similarity))
     summary = result.summary()
@@ -261,6 +236,7 @@ def rft_command(
 DEFAULT_CONDITIONS = ["transient:0.2", "persistent", "silent:0.2"]
 
 
+@option_sets
 def robustness_command(
     env: EnvArg,
     tasks: TasksArg = "10",
@@ -270,15 +246,8 @@ def robustness_command(
         list[str] | None,
         typer.Option("--faults", help="A condition (fault spec); repeat for several."),
     ] = None,
-    concurrency: ConcurrencyArg = 1,
-    backend: BackendArg = "local",
-    seed: SeedArg = 0,
-    max_steps: MaxStepsArg = 50,
-    base_url: BaseUrlOption = None,
-    llm_model: LlmModelOption = None,
-    api_key: ApiKeyOption = None,
-    temperature: TemperatureArg = 0.0,
-    error_rate: ErrorRateArg = 0.2,
+    batch: StepLimitedBatch = BatchFlags(),
+    llm: PolicyFlags = PolicyFlags(),
     db: DbOption = None,
     json_out: JsonOption = False,
 ) -> None:
@@ -286,12 +255,10 @@ def robustness_command(
     conditions = faults or DEFAULT_CONDITIONS
     for condition in conditions:
         check_tools(parse_fault_spec(condition), make_env(env))
-    options = policy_options(error_rate, base_url, llm_model, api_key, temperature)
-    limits = Limits(max_steps=max_steps)
-    base = build_config(env, tasks, policy, n, None, seed, limits, options, run="robustness")
+    base = build_config(env, tasks, policy, n, None, batch, llm.options(), run="robustness")
 
     def run(config: RolloutConfig) -> list[Trajectory]:
-        episodes = execute(config, db, backend, concurrency, show=not json_out)[1]
+        episodes = execute(config, db, batch, show=not json_out)[1]
         return [episode.trajectory() for episode in episodes]
 
     reports = run_robustness(base, conditions, run)
