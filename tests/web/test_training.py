@@ -60,10 +60,12 @@ def test_event_stream_sends_a_new_iteration_with_its_section(
     ui_url: str, ui_store: UiStore
 ) -> None:
     register(ui_store.db, "out/stream")
-    page = httpx.get(f"{ui_url}/training", timeout=20).text
+    register(ui_store.db, "out/other")
+    page = httpx.get(f"{ui_url}/training?run=out/stream", timeout=20).text
     after = int(page.split('data-after="')[1].split('"')[0])
+    add_iteration(ui_store.db, "out/other", 1, 0.5)  # another run: not this page's
     add_iteration(ui_store.db, "out/stream", 1, 0.5)  # written after the page: still sent
-    url = f"{ui_url}/api/training/events?after={after}"
+    url = f"{ui_url}/api/training/events?after={after}&run=out/stream"
     with httpx.stream("GET", url, timeout=20) as reply:
         assert reply.headers["content-type"].startswith("text/event-stream")
         lines = reply.iter_lines()

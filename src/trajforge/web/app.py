@@ -315,7 +315,9 @@ def _training(app: FastAPI, store: Store) -> None:
         return JSONResponse(training.api_training(store, selected(run)))
 
     @app.get("/api/training/events")
-    async def api_training_events(request: Request, after: int | None = None) -> StreamingResponse:
-        stream = training.training_events(store, request, after)
+    async def api_training_events(
+        request: Request, after: int | None = None, run: str = ""
+    ) -> StreamingResponse:
+        stream = training.training_events(store, request, after, run)
         headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
         return StreamingResponse(stream, media_type="text/event-stream", headers=headers)

@@ -127,7 +127,7 @@ def _facts(run: TrainingRun, settings: dict[str, Any], rows: list[dict[str, Any]
 def _plots(rows: list[dict[str, Any]], settings: dict[str, Any]) -> str:
     """Reward and training success; correlation against the loop's floor; held-out success."""
     reward, success = _points(rows, "reward"), _points(rows, "success")
-    top = max([1.0, *(v for _, v in reward)])
+    top = _axis_top([v for _, v in reward + success])
     correlation = _points(rows, "correlation")
     floor = (settings.get("config") or {}).get("min_correlation")
     low = min([0.99, *(v for _, v in correlation), *([floor] if floor is not None else [])])
@@ -144,8 +144,19 @@ def _plots(rows: list[dict[str, Any]], settings: dict[str, Any]) -> str:
             agreement,
             series_plot(agreement, low, 1.0, "correlation", threshold=floor),
         )
-        + _figure("held-out", held_line, series_plot(held_line, 0.0, 1.0, "success", bands=bands))
+        + _figure(
+            "held-out",
+            held_line,
+            series_plot(held_line, 0.0, _axis_top([hi for *_, hi in held]), "success", bands=bands),
+        )
     )
+
+
+def _axis_top(values: list[float]) -> float:
+    """The smallest of 0.1, 0.25, 0.5, 1 (then the next whole number) above every value, so
+    that rates of a few percent are not drawn flat against a 0..1 axis."""
+    peak = max(values, default=0.0)
+    return next((top for top in (0.1, 0.25, 0.5, 1.0) if peak <= top), float(math.ceil(peak)))
 
 
 def _figure(name: str, series: dict[str, list[Point]], svg: str) -> str:
@@ -209,9 +220,11 @@ def _clock(at: float | None) -> str:
     return time.strftime("%H:%M:%S", time.localtime(at)) if at else "—"
 
 
-def training_events(store: Store, request: Request, after: int | None) -> AsyncIterator[bytes]:
-    """`event: iteration` whenever a loop writes a row after `after` (default: now): the run's
-    whole section, re-rendered with the new row marked."""
+def training_events(
+    store: Store, request: Request, after: int | None, only: str = ""
+) -> AsyncIterator[bytes]:
+    """`event: iteration` whenever a loop writes a row after `after` (default: now), of run
+    `only` if given: the run's whole section, re-rendered with the new row marked."""
     seq = latest_iteration_seq(store) if after is None else after
 
     def poll() -> list[bytes]:
@@ -220,7 +233,7 @@ def training_events(store: Store, request: Request, after: int | None) -> AsyncI
         if not changes:
             return []
         seq = changes[-1].seq
-        newest = {change.run: change.iteration for change in changes}
+        newest = {c.run: c.iteration for c in changes if not only or c.run == only}
         events = []
         for name, iteration in newest.items():
             run = training_run(store, name)

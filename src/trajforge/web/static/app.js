@@ -49,7 +49,10 @@ function watchActivity(block) {
 
 function watchTraining(holder) {
   const status = document.getElementById("training-status");
-  const events = new EventSource("/api/training/events?after=" + holder.dataset.after);
+  const query = new URLSearchParams({ after: holder.dataset.after });
+  const only = new URLSearchParams(location.search).get("run");
+  if (only) query.set("run", only);
+  const events = new EventSource("/api/training/events?" + query);
   events.onopen = () => { status.textContent = "live: new iterations appear as the loop writes them"; };
   events.onerror = () => { status.textContent = "live updates paused (reconnecting)"; };
   events.addEventListener("iteration", (event) => {
