@@ -6,6 +6,7 @@ import pytest
 
 from trajforge.agents import POLICIES, ExpertPolicy, LLMPolicy, NoisyExpertPolicy
 from trajforge.agents.base import EpisodeState, PolicyStep
+from trajforge.agents.household_teacher import NoisyObservableTeacher
 from trajforge.agents.replay import ReplayPolicy, ReplayUser
 from trajforge.agents.spec import ForkPoint, PolicyOptions
 from trajforge.agents.user_sim import LLMUser, ScriptedUser
@@ -44,6 +45,15 @@ def test_every_name_goes_through_the_registry() -> None:
     assert (noisy.policy.config.seed, noisy.policy.config.error_rate) == (5, 0.3)
     path = build("trajforge.agents.expert:ExpertPolicy").policy
     assert isinstance(path, ExpertPolicy)
+
+
+def test_the_noisy_household_teacher_is_made_from_its_spec() -> None:
+    spec = AgentSpec(policy="noisy-household-teacher", options=PolicyOptions(error_rate=0.6))
+    teacher = build(spec, 11).policy
+    assert isinstance(teacher, NoisyObservableTeacher)
+    assert (teacher.config.seed, teacher.config.error_rate) == (11, 0.6)
+    direct = NoisyObservableTeacher(seed=11, error_rate=0.6)
+    assert [teacher.rng.random() for _ in range(3)] == [direct.rng.random() for _ in range(3)]
 
 
 def test_unknown_name_lists_the_known_ones() -> None:

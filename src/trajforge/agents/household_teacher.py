@@ -27,6 +27,7 @@ import orjson
 from pydantic import BaseModel, Field
 
 from trajforge.agents.base import EpisodeState, PolicyStep
+from trajforge.agents.spec import ForkPoint, PolicyOptions
 from trajforge.envs.household.world import APPLIANCES, OBJECT_PROPERTIES
 from trajforge.schema import Label, Message, ToolCall
 
@@ -298,6 +299,13 @@ class NoisyObservableTeacher:
     def __init__(self, config: NoisyTeacherConfig | None = None, **overrides: Any) -> None:
         self.config = (config or NoisyTeacherConfig()).model_copy(update=overrides)
         self.rng = random.Random(self.config.seed)
+
+    @classmethod
+    def from_spec(
+        cls, options: PolicyOptions, seed: int, parent: ForkPoint | None
+    ) -> NoisyObservableTeacher:
+        """Mistakes at the options' error rate, drawn from the episode seed."""
+        return cls(NoisyTeacherConfig(error_rate=options.error_rate, seed=seed))
 
     def act(self, state: EpisodeState) -> PolicyStep:
         seen = read_transcript(state.messages)
