@@ -11,6 +11,7 @@ from trajforge.agents.replay import ReplayPolicy, ReplayUser
 from trajforge.agents.spec import ForkPoint, PolicyOptions
 from trajforge.agents.user_sim import LLMUser, ScriptedUser
 from trajforge.envs import make_env
+from trajforge.envs.base import EnvironmentBase
 from trajforge.envs.household import HouseholdEnv
 from trajforge.envs.tau import TauAirlineEnv
 from trajforge.errors import UserError
@@ -99,3 +100,38 @@ def test_make_env_by_name_or_recording() -> None:
     assert isinstance(env, TauAirlineEnv) and env.config.address_key == "province"
     with pytest.raises(UserError, match="environment 'none' cannot be replayed"):
         make_env(Trajectory(task=Task(id="t", environment="none"), messages=[]))
+
+
+class NoOracleEnv(EnvironmentBase):
+    """An environment without an oracle (only what `Environment` asks for)."""
+
+    name = "no-oracle"
+
+    @property
+    def tools(self) -> list[dict]:
+        return []
+
+    def reset(self, task: Task) -> list[Message]:
+        return [Message(role="user", content="hi")]
+
+    def step(self, call):
+        raise AssertionError("not run here")
+
+    def evaluate(self):
+        raise AssertionError("not run here")
+
+    def snapshot(self) -> None:
+        return None
+
+    def restore(self, state) -> None:
+        pass
+
+
+def test_the_expert_names_an_environment_without_an_oracle() -> None:
+    def state(env: object) -> EpisodeState:
+        return EpisodeState(task=Task(id="t"), messages=[], tools=[], env=env, step=0)
+
+    with pytest.raises(UserError, match="environment 'no-oracle' has no oracle"):
+        ExpertPolicy().act(state(NoOracleEnv()))
+    with pytest.raises(UserError, match="environment 'object' has no oracle"):
+        ExpertPolicy().act(state(object()))

@@ -10,7 +10,7 @@ from pydantic import BaseModel, Field
 
 from trajforge.agents.base import EpisodeState, PolicyStep
 from trajforge.agents.spec import ForkPoint, PolicyOptions
-from trajforge.envs.base import Oracle
+from trajforge.envs.base import Environment, Oracle
 from trajforge.errors import UserError
 from trajforge.schema import Label, Message, ToolCall
 
@@ -24,8 +24,13 @@ class Distractor(Protocol):
 
 def _oracle(state: EpisodeState) -> Oracle:
     if not isinstance(state.env, Oracle):
-        raise UserError(f"environment '{getattr(state.env, 'name', '?')}' has no oracle")
+        raise UserError(f"environment '{_env_name(state.env)}' has no oracle")
     return state.env
+
+
+def _env_name(env: object) -> str:
+    """The environment's registered name, else its class name."""
+    return env.name if isinstance(env, Environment) else type(env).__name__
 
 
 def _as_step(action: ToolCall | Message | None, step: int) -> PolicyStep:
