@@ -91,3 +91,15 @@ def test_policy_flags_make_the_policy_options() -> None:
     assert (options.base_url, options.model, options.api_key) == ("http://h/v1", "m", "k")
     assert (options.error_rate, options.temperature) == (0.5, 0.0)
     assert Endpoint(llm_model="m").model_config().model == "m"
+
+
+def test_agent_flags_make_the_spec_of_fork_and_handoff() -> None:
+    from trajforge.cli.envs import AgentFlags
+
+    flags = AgentFlags(seed=3, error_rate=0.4, user="llm", max_steps=7)
+    spec = flags.spec("noisy-expert", Endpoint(base_url="http://h/v1", llm_model="m"))
+    assert (spec.policy, spec.user, spec.options.error_rate) == ("noisy-expert", "llm", 0.4)
+    assert (spec.options.base_url, spec.options.model) == ("http://h/v1", "m")
+    assert flags.limits().max_steps == 7
+    with pytest.raises(UserError, match="--user must be 'scripted' or 'llm', got 'bot'"):
+        AgentFlags(user="bot").spec("expert", Endpoint())

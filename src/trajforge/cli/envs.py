@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, get_args
 
@@ -27,6 +28,26 @@ ErrorRateArg = Annotated[
     float, typer.Option("--error-rate", min=0.0, max=1.0, help="noisy-expert: error rate.")
 ]
 MaxStepsArg = Annotated[int, typer.Option("--max-steps", min=1, help="Assistant steps at most.")]
+
+
+@dataclass(frozen=True)
+class AgentFlags:
+    """The agents that continue a run: the noisy expert's seed and rate, the user, the limit."""
+
+    seed: SeedArg = 0
+    error_rate: ErrorRateArg = 0.2
+    user: UserOption = "scripted"
+    max_steps: MaxStepsArg = 50
+
+    def spec(self, policy: str, endpoint: Endpoint) -> AgentSpec:
+        kind = next((k for k in get_args(UserKind) if k == self.user), None)
+        if kind is None:
+            raise UserError(f"--user must be 'scripted' or 'llm', got '{self.user}'")
+        options = endpoint.policy_options(self.error_rate)
+        return AgentSpec(policy=policy, options=options, user=kind)
+
+    def limits(self) -> Limits:
+        return Limits(max_steps=self.max_steps)
 
 
 @option_sets
@@ -114,21 +135,18 @@ def fork_command(
     traj_id: Annotated[str, typer.Argument(help="Parent trajectory id or unique prefix.")],
     at: Annotated[int, typer.Option("--at", help="Keep the parent's first N messages.")],
     policy: PolicyArg = "expert",
-    seed: SeedArg = 0,
-    error_rate: ErrorRateArg = 0.2,
-    user: UserOption = "scripted",
-    max_steps: MaxStepsArg = 50,
+    agents: AgentFlags = AgentFlags(),
     endpoint: Endpoint = Endpoint(),
     db: DbOption = None,
     json_out: JsonOption = False,
 ) -> None:
     """Fork a stored run at message N and continue it with a policy; stores the child."""
-    spec = _spec(policy, error_rate, user, endpoint)
+    spec = agents.spec(policy, endpoint)
     with open_store(db) as store:
         parent = store.get(traj_id)
         check_fork_index(parent, at)
-        policy_obj, chosen_user = build(spec, seed, ForkPoint(parent, at))
-        options = ForkOptions(limits=Limits(max_steps=max_steps))
+        policy_obj, chosen_user = build(spec, agents.seed, ForkPoint(parent, at))
+        options = ForkOptions(limits=agents.limits())
         child = fork(parent, at, policy_obj, user=chosen_user, options=options)
         with store.transaction():
             store.add(child)
@@ -144,13 +162,6 @@ def fork_command(
     )
 
 
-def _spec(policy: str, error_rate: float, user: str, endpoint: Endpoint) -> AgentSpec:
-    kind = next((k for k in get_args(UserKind) if k == user), None)
-    if kind is None:
-        raise UserError(f"--user must be 'scripted' or 'llm', got '{user}'")
-    return AgentSpec(policy=policy, options=endpoint.policy_options(error_rate), user=kind)
-
-
 @option_sets
 def handoff_command(
     env: Annotated[str, typer.Option("--env", help="Environment (tau-retail, tau-airline...).")],
@@ -163,10 +174,7 @@ def handoff_command(
     tasks: Annotated[
         int | None, typer.Option("--tasks", help="First N tasks (default all).")
     ] = None,
-    seed: SeedArg = 0,
-    error_rate: ErrorRateArg = 0.2,
-    user: UserOption = "scripted",
-    max_steps: MaxStepsArg = 50,
+    agents: AgentFlags = AgentFlags(),
     endpoint: Endpoint = Endpoint(),
     save: Annotated[
         bool, typer.Option("--save", help="Store the reacher and solver runs (in --db).")
@@ -175,10 +183,10 @@ def handoff_command(
     json_out: JsonOption = False,
 ) -> None:
     """REACH / SOLVE / end-to-end of reacher → solver handoffs over an environment's tasks."""
-    specs = {name: _spec(name, error_rate, user, endpoint) for name in [*reacher, *solver]}
-    config = HandoffConfig(k=k, at=at, limits=Limits(max_steps=max_steps))
+    specs = {name: agents.spec(name, endpoint) for name in [*reacher, *solver]}
+    config = HandoffConfig(k=k, at=at, limits=agents.limits())
     runs: list[Trajectory] | None = [] if save else None
-    matrix = run_matrix(env, reacher, solver, specs, config, tasks, collect=runs, seed=seed)
+    matrix = run_matrix(env, reacher, solver, specs, config, tasks, collect=runs, seed=agents.seed)
     if runs:
         with open_store(db, must_exist=False) as store, store.transaction():
             store.add_many(runs)
