@@ -57,12 +57,15 @@ def _check_header(path: Path, size: int) -> None:
 
 
 def check_is_trajforge(db: sqlite3.Connection, path: Path) -> None:
-    """Refuse an SQLite database made by something else (no schema version, but tables)."""
-    (version,) = db.execute("PRAGMA user_version").fetchone()
-    if version:
-        return
-    (tables,) = db.execute("SELECT count(*) FROM sqlite_master").fetchone()
-    if tables:
+    """Refuse an SQLite database made by something else (no schema version, but tables).
+
+    Both are read in one statement, so one snapshot: read apart, another process creating
+    the store could commit its schema between them (version 0, then tables)."""
+    version, tables = db.execute(
+        "SELECT (SELECT user_version FROM pragma_user_version),"
+        " (SELECT count(*) FROM sqlite_master)"
+    ).fetchone()
+    if not version and tables:
         raise UserError(f"{path}: an SQLite database that is not a trajforge store")
 
 
