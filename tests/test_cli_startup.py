@@ -14,7 +14,16 @@ from trajforge.cli import browse
 from trajforge.cli.main import COMMANDS, app
 from trajforge.demo import sample_dir
 
-HEAVY = ("uvicorn", "numpy", "torch", "sklearn", "pyarrow", "httpx")
+HEAVY = (
+    "uvicorn",
+    "numpy",
+    "torch",
+    "sklearn",
+    "pyarrow",
+    "httpx",
+    "jsonschema",
+    "trajforge.agents",
+)
 
 LOADED_AFTER = """
 import json, sys
@@ -47,6 +56,13 @@ def sample_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_importing_the_cli_and_listing_load_no_heavy_stack(sample_db: Path) -> None:
     by_import, after_ls = _heavy_modules_loaded("ls", "--db", str(sample_db))
     assert by_import == [] and after_ls == []
+
+
+def test_showing_a_run_loads_no_heavy_stack(sample_db: Path) -> None:
+    listed = CliRunner().invoke(app, ["ls", "--db", str(sample_db), "--limit", "1", "--json"])
+    run_id = json.loads(listed.output)[0]["id"]
+    by_import, after_show = _heavy_modules_loaded("show", run_id, "--db", str(sample_db))
+    assert by_import == [] and after_show == []
 
 
 def test_every_registered_command_loads() -> None:

@@ -22,14 +22,16 @@ import inspect
 import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
-from trajforge.agents.spec import PolicyOptions
 from trajforge.errors import UserError
-from trajforge.models.openai_compat import OpenAIModelConfig
 from trajforge.store import TrajectoryFilter
+
+if TYPE_CHECKING:  # imported where used: `ls` and `show` start without the policy layer
+    from trajforge.agents.spec import PolicyOptions
+    from trajforge.models.openai_compat import OpenAIModelConfig
 
 R = TypeVar("R")
 
@@ -94,9 +96,13 @@ class Endpoint:
     api_key: ApiKeyOption = None
 
     def model_config(self) -> OpenAIModelConfig:
+        from trajforge.models.openai_compat import OpenAIModelConfig
+
         return OpenAIModelConfig(base_url=self.base_url, model=self.llm_model, api_key=self.api_key)
 
     def policy_options(self, error_rate: float, temperature: float = 0.0) -> PolicyOptions:
+        from trajforge.agents.spec import PolicyOptions
+
         return PolicyOptions(
             error_rate=error_rate,
             base_url=self.base_url,

@@ -12,15 +12,15 @@ path like `flights[0].date`.
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
-from jsonschema import Draft202012Validator, ValidationError
-from jsonschema.exceptions import SchemaError, UnknownType
-from jsonschema.protocols import Validator
-from jsonschema.validators import validator_for
 
 from trajforge.schema import ToolCall
+
+if TYPE_CHECKING:  # jsonschema is imported on the first check (it costs CLI start-up ~30 ms)
+    from jsonschema import ValidationError
+    from jsonschema.protocols import Validator
 
 
 def find_tool(tools: list[dict[str, Any]], name: str) -> dict[str, Any] | None:
@@ -45,6 +45,8 @@ def call_problems(call: ToolCall, tools: list[dict[str, Any]]) -> list[str]:
     validator = _validator(orjson.dumps(parameters, option=orjson.OPT_SORT_KEYS))
     if validator is None:
         return []
+    from jsonschema.exceptions import UnknownType
+
     try:
         errors = list(validator.iter_errors(arguments))
     except UnknownType:
@@ -58,6 +60,10 @@ def call_problems(call: ToolCall, tools: list[dict[str, Any]]) -> list[str]:
 @lru_cache(maxsize=1024)
 def _validator(parameters: bytes) -> Validator | None:
     """A validator of one tool's parameters (None when they are not a valid schema)."""
+    from jsonschema import Draft202012Validator
+    from jsonschema.exceptions import SchemaError
+    from jsonschema.validators import validator_for
+
     schema = _closed(orjson.loads(parameters))
     cls = validator_for(schema, default=Draft202012Validator)
     try:
