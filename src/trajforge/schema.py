@@ -193,15 +193,24 @@ def _token_base(call: LLMCall) -> list[int] | None:
     return call.prompt_token_ids + call.completion_token_ids
 
 
-def _shared_prefix(base: list[int], ids: list[int]) -> int:
-    if ids[: len(base)] == base:
-        return len(base)
-    count = 0
-    for a, b in zip(base, ids, strict=False):
-        if a != b:
-            break
-        count += 1
-    return count
+def common_prefix_length(left: list, right: list) -> int:
+    """How many leading items `left` and `right` share.
+
+    Compared by slices, at C speed: equal up to the shorter length (the usual case of a
+    conversation that grows) in one comparison, otherwise by bisection, so a prompt of
+    thousands of token ids that differs near its end costs microseconds, not a Python loop.
+    """
+    shorter = min(len(left), len(right))
+    if left[:shorter] == right[:shorter]:
+        return shorter
+    equal, differs = 0, shorter  # left[:equal] == right[:equal]; they differ before `differs`
+    while differs - equal > 1:
+        middle = (equal + differs) // 2
+        if left[equal:middle] == right[equal:middle]:
+            equal = middle
+        else:
+            differs = middle
+    return equal
 
 
 def compact_llm_calls(calls: list[LLMCall]) -> list[LLMCall]:
@@ -211,7 +220,7 @@ def compact_llm_calls(calls: list[LLMCall]) -> list[LLMCall]:
     base: list[int] | None = None
     for call in calls:
         ids = call.prompt_token_ids
-        shared = _shared_prefix(base, ids) if base is not None and ids is not None else 0
+        shared = common_prefix_length(base, ids) if base is not None and ids is not None else 0
         if shared and ids is not None:
             update = {"prompt_token_ids": ids[shared:], "prompt_token_prefix": shared}
             compact.append(call.model_copy(update=update))

@@ -13,6 +13,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from trajforge.schema import common_prefix_length
+
 
 def normalize_message(message: dict[str, Any]) -> tuple:
     """The parts of a chat message that reach the model (drops ids and harness extras)."""
@@ -46,17 +48,6 @@ class DriftAudit(BaseModel):
     common_prefix_messages: int = Field(description="Messages shared with the expected prefix.")
 
 
-def _common_prefix(left: list, right: list) -> int:
-    if right[: len(left)] == left:  # the usual case, compared at C speed
-        return len(left)
-    count = 0
-    for a, b in zip(left, right, strict=False):
-        if a != b:
-            break
-        count += 1
-    return count
-
-
 def audit(
     previous_messages: list[tuple] | None,
     previous_tokens: list[int] | None,
@@ -66,10 +57,10 @@ def audit(
     """Compare a prompt with the previous prompt + completion (messages and tokens)."""
     if previous_messages is None:
         return DriftAudit(status="first", common_prefix_messages=0)
-    shared = _common_prefix(previous_messages, messages)
+    shared = common_prefix_length(previous_messages, messages)
     by_tokens = shared_tokens = None
     if previous_tokens is not None and prompt_tokens is not None:
-        shared_tokens = _common_prefix(previous_tokens, prompt_tokens)
+        shared_tokens = common_prefix_length(previous_tokens, prompt_tokens)
         by_tokens = shared_tokens == len(previous_tokens)
     if shared < len(previous_messages):
         status = "compacted" if len(messages) < len(previous_messages) else "rewritten"

@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from trajforge.schema import UpstreamFaultKind
+from trajforge.schema import UpstreamFaultKind, common_prefix_length
 
 Endpoint = Literal["chat/completions", "completions"]
 
@@ -103,17 +103,6 @@ def chat_answer_message(response: dict[str, Any]) -> dict[str, Any] | None:
     return message if isinstance(message, dict) else None
 
 
-def _shared(base: list, items: list) -> int:
-    if items[: len(base)] == base:
-        return len(base)
-    count = 0
-    for a, b in zip(base, items, strict=False):
-        if a != b:
-            break
-        count += 1
-    return count
-
-
 def _token_base(call: CapturedCall | None) -> list[int] | None:
     if call is None or call.prompt_token_ids is None:
         return None
@@ -133,13 +122,13 @@ def stored_call(call: CapturedCall, previous: CapturedCall | None) -> CapturedCa
     update: dict = {}
     base, messages = _chat_messages(previous), _chat_messages(call)
     if base and messages:
-        kept = _shared(base, messages)
+        kept = common_prefix_length(base, messages)
         if kept:
             update["request"] = {**call.request, "messages": messages[kept:]}
             update["messages_kept"] = kept
     ids_base = _token_base(previous)
     if ids_base and call.prompt_token_ids:
-        kept = _shared(ids_base, call.prompt_token_ids)
+        kept = common_prefix_length(ids_base, call.prompt_token_ids)
         if kept:
             update["prompt_token_ids"] = call.prompt_token_ids[kept:]
             update["prompt_ids_kept"] = kept
