@@ -12,10 +12,9 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
-import time
 from collections.abc import AsyncIterator, Awaitable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,12 +23,11 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
 from trajforge.openai_wire import error_body
-from trajforge.proxy.capture import Tokens, tokens_of
+from trajforge.proxy.capture import CallContext, Tokens, tokens_of
 from trajforge.proxy.config import ProxyConfig
 from trajforge.proxy.faults import FaultInjector
-from trajforge.proxy.record import CapturedCall, Endpoint, MonitorStop, UpstreamFault
+from trajforge.proxy.record import Endpoint, MonitorStop, UpstreamFault
 from trajforge.proxy.recorder import Recorder
-from trajforge.proxy.redact import scrub_request
 from trajforge.proxy.shaping import ClientAsked, augment, for_client
 from trajforge.proxy.stop import STOP_STATUS, MonitorGate, refusal_message, refusal_response
 from trajforge.proxy.streaming import relay_stream
@@ -46,18 +44,6 @@ class _JSON(Response):
 
     def render(self, content: Any) -> bytes:
         return orjson.dumps(content)
-
-
-@dataclass
-class CallContext:
-    """One call in flight."""
-
-    session: str
-    endpoint: Endpoint
-    body: dict[str, Any]
-    stream: bool
-    started_at: float = field(default_factory=time.time)
-    t0: float = field(default_factory=time.perf_counter)
 
 
 @dataclass
@@ -265,35 +251,6 @@ class RecordingProxy:
         await self.record(context, 200, response=data, error=detail, fault=fault)
         return Response(text[: len(text) // 2], 200, media_type="application/json")
 
-    def captured(
-        self,
-        context: CallContext,
-        status: int,
-        response: dict | None = None,
-        tokens: Tokens | None = None,
-        error: str | None = None,
-        fault: UpstreamFault | None = None,
-        monitor_stop: MonitorStop | None = None,
-    ) -> CapturedCall:
-        """The record of a finished call (request scrubbed of secrets)."""
-        tokens = tokens or Tokens()
-        return CapturedCall.model_construct(
-            session=context.session,
-            endpoint=context.endpoint,
-            request=scrub_request(context.body),
-            response=response,
-            status=status,
-            error=error,
-            stream=context.stream,
-            started_at=context.started_at,
-            latency_s=time.perf_counter() - context.t0,
-            prompt_token_ids=tokens.prompt_ids,
-            completion_token_ids=tokens.completion_ids,
-            logprobs=tokens.logprobs,
-            fault=fault,
-            monitor_stop=monitor_stop,
-        )
-
     async def record(
         self,
         context: CallContext,
@@ -305,7 +262,7 @@ class RecordingProxy:
         monitor_stop: MonitorStop | None = None,
     ) -> None:
         """Hand the call to the recorder and wait until it is committed."""
-        call = self.captured(context, status, response, tokens, error, fault, monitor_stop)
+        call = context.captured(status, response, tokens, error, fault, monitor_stop)
         if self.gate is not None and response is not None and error is None:
             self.gate.observe(context.session, context.body, response)
         try:

@@ -8,8 +8,12 @@ the same way. Token ids come from vLLM-style fields (`prompt_token_ids`, per-cho
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Any
+
+from trajforge.proxy.record import CapturedCall, Endpoint, MonitorStop, UpstreamFault
+from trajforge.proxy.redact import scrub_request
 
 
 @dataclass
@@ -19,6 +23,46 @@ class Tokens:
     prompt_ids: list[int] | None = None
     completion_ids: list[int] | None = None
     logprobs: list[float] | None = None
+
+
+@dataclass
+class CallContext:
+    """One call in flight (through the proxy or captured in-process)."""
+
+    session: str
+    endpoint: Endpoint
+    body: dict[str, Any]
+    stream: bool
+    started_at: float = field(default_factory=time.time)
+    t0: float = field(default_factory=time.perf_counter)
+
+    def captured(
+        self,
+        status: int,
+        response: dict | None = None,
+        tokens: Tokens | None = None,
+        error: str | None = None,
+        fault: UpstreamFault | None = None,
+        monitor_stop: MonitorStop | None = None,
+    ) -> CapturedCall:
+        """The record of the finished call (request scrubbed of secrets)."""
+        tokens = tokens or Tokens()
+        return CapturedCall.model_construct(
+            session=self.session,
+            endpoint=self.endpoint,
+            request=scrub_request(self.body),
+            response=response,
+            status=status,
+            error=error,
+            stream=self.stream,
+            started_at=self.started_at,
+            latency_s=time.perf_counter() - self.t0,
+            prompt_token_ids=tokens.prompt_ids,
+            completion_token_ids=tokens.completion_ids,
+            logprobs=tokens.logprobs,
+            fault=fault,
+            monitor_stop=monitor_stop,
+        )
 
 
 def _logprob_entries(choice: dict[str, Any]) -> list[dict[str, Any]] | None:

@@ -21,7 +21,6 @@ import asyncio
 import functools
 import importlib
 import threading
-import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -33,10 +32,9 @@ import httpx
 import orjson
 from pydantic import BaseModel, ConfigDict, Field
 
-from trajforge.proxy.capture import StreamAssembly, Tokens, tokens_of
+from trajforge.proxy.capture import CallContext, StreamAssembly, tokens_of
 from trajforge.proxy.record import CapturedCall, Endpoint, UpstreamFault
 from trajforge.proxy.recorder import Recorder
-from trajforge.proxy.redact import scrub_request
 from trajforge.proxy.shaping import ClientAsked, augment, for_client
 from trajforge.schema import Outcome
 from trajforge.store import Store
@@ -78,21 +76,14 @@ def endpoint_of(request: httpx.Request) -> Endpoint | None:
     return "completions" if path.endswith("/completions") else None
 
 
-@dataclass
-class _Call:
-    """One captured call in flight: the harness's body, what was added, timing, the answer."""
+@dataclass(kw_only=True)
+class _Call(CallContext):
+    """One captured call in flight: besides the harness's body and timing, what was added
+    for the upstream and the answer's chunks."""
 
-    endpoint: Endpoint
-    body: dict[str, Any]
     asked: ClientAsked
     upstream_body: dict[str, Any]
-    started_at: float = field(default_factory=time.time)
-    t0: float = field(default_factory=time.perf_counter)
     assembly: StreamAssembly = field(default_factory=StreamAssembly)
-
-    @property
-    def stream(self) -> bool:
-        return bool(self.body.get("stream"))
 
     @property
     def chat(self) -> bool:
@@ -120,7 +111,14 @@ class Capturer:
             return None
         ask_ids = self.options.ask_token_ids and not self.token_ids_refused
         upstream, asked = augment(body, endpoint == "chat/completions", self.options, ask_ids)
-        return _Call(endpoint, body, asked, upstream)
+        return _Call(
+            session=self.options.session,
+            endpoint=endpoint,
+            body=body,
+            stream=bool(body.get("stream")),
+            asked=asked,
+            upstream_body=upstream,
+        )
 
     def upstream_request(self, request: httpx.Request, call: _Call) -> httpx.Request:
         headers = [
@@ -147,8 +145,8 @@ class Capturer:
         """(the body the harness gets, the record) of a non-streamed answer."""
         data = _json_or_none(content)
         if status != 200 or not isinstance(data, dict):
-            return content, self.record(call, status, error=_error_text(data, content))
-        record = self.record(call, 200, response=data, tokens=tokens_of(data))
+            return content, call.captured(status, error=_error_text(data, content))
+        record = call.captured(200, response=data, tokens=tokens_of(data))
         shown = for_client(data, call.asked)
         return (content if shown is data else orjson.dumps(shown)), record
 
@@ -176,42 +174,15 @@ class Capturer:
         body = call.assembly.body(call.chat) if call.assembly.base else None
         tokens = tokens_of(body) if body else None
         if complete:
-            return self.record(call, 200, response=body, tokens=tokens)
+            return call.captured(200, response=body, tokens=tokens)
         detail = "stream ended without [DONE]"
         fault = UpstreamFault(kind="upstream_truncated", detail=detail, injected=False)
-        return self.record(call, 200, response=body, tokens=tokens, error=detail, fault=fault)
-
-    def record(
-        self,
-        call: _Call,
-        status: int,
-        response: dict | None = None,
-        tokens: Tokens | None = None,
-        error: str | None = None,
-        fault: UpstreamFault | None = None,
-    ) -> CapturedCall:
-        tokens = tokens or Tokens()
-        return CapturedCall.model_construct(
-            session=self.options.session,
-            endpoint=call.endpoint,
-            request=scrub_request(call.body),
-            response=response,
-            status=status,
-            error=error,
-            stream=call.stream,
-            started_at=call.started_at,
-            latency_s=time.perf_counter() - call.t0,
-            prompt_token_ids=tokens.prompt_ids,
-            completion_token_ids=tokens.completion_ids,
-            logprobs=tokens.logprobs,
-            fault=fault,
-            monitor_stop=None,
-        )
+        return call.captured(200, response=body, tokens=tokens, error=detail, fault=fault)
 
     def unreachable(self, call: _Call, exc: Exception) -> CapturedCall:
         detail = f"upstream connection failed: {exc!r}"
         fault = UpstreamFault(kind="upstream_unreachable", detail=detail, injected=False)
-        return self.record(call, 502, error=detail, fault=fault)
+        return call.captured(502, error=detail, fault=fault)
 
 
 def _json_or_none(content: bytes) -> Any:

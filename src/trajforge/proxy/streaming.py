@@ -22,7 +22,8 @@ from trajforge.proxy.shaping import ClientAsked, for_client
 from trajforge.proxy.upstream import TRANSPORT_ERRORS, UpstreamError, observed, transport_error
 
 if TYPE_CHECKING:
-    from trajforge.proxy.app import CallContext, RecordingProxy
+    from trajforge.proxy.app import RecordingProxy
+    from trajforge.proxy.capture import CallContext
 
 DONE = b"data: [DONE]\n\n"
 
@@ -98,7 +99,7 @@ class StreamRelay:
         finally:
             if not self.finished:  # the client went away mid-stream
                 self.finished = True
-                call = self.proxy.captured(self.context, 499, *self._answer(), "client left")
+                call = self.context.captured(499, *self._answer(), "client left")
                 self.proxy.recorder.submit(call)
             self.response.release()  # back to the pool, or closed if unfinished
 
