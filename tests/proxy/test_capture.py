@@ -14,6 +14,8 @@ from trajforge.proxy import ProxyConfig, ProxyServer
 from trajforge.proxy.session import trajectory_id
 from trajforge.store import Store
 
+from .conversation import tool_turn
+
 TOOL_REPLY = {"content": "look", "tool_calls": [{"name": "bash", "arguments": {"command": "ls"}}]}
 
 
@@ -22,14 +24,7 @@ def _client(base_url: str) -> openai.OpenAI:
 
 
 def _conversation(client: openai.OpenAI, stream_second: bool) -> list[dict]:
-    messages: list[dict] = [
-        {"role": "system", "content": "be brief"},
-        {"role": "user", "content": "list files"},
-    ]
-    first = client.chat.completions.create(model="m", messages=messages)
-    reply = first.choices[0].message
-    messages.append(reply.model_dump(exclude_none=True, exclude={"refusal", "annotations"}))
-    messages.append({"role": "tool", "tool_call_id": reply.tool_calls[0].id, "content": "a.py"})
+    _, messages = tool_turn(client)
     if stream_second:
         stream = client.chat.completions.create(model="m", messages=messages, stream=True)
         text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)

@@ -20,20 +20,15 @@ from trajforge.proxy.session import trajectory_id
 from trajforge.schema import Trajectory
 from trajforge.store import Store
 
+from .conversation import tool_turn
+
 TOOL_REPLY = {"content": "look", "tool_calls": [{"name": "bash", "arguments": {"command": "ls"}}]}
 SCRIPT = [TOOL_REPLY, "found a.py", "done"]
 
 
 def _conversation(client: openai.OpenAI) -> list[Any]:
     """Three calls (plain, streamed, plain); returns what the harness saw of each answer."""
-    messages: list[dict] = [
-        {"role": "system", "content": "be brief"},
-        {"role": "user", "content": "list files"},
-    ]
-    first = client.chat.completions.create(model="m", messages=messages)
-    reply = first.choices[0].message
-    messages.append(reply.model_dump(exclude_none=True, exclude={"refusal", "annotations"}))
-    messages.append({"role": "tool", "tool_call_id": reply.tool_calls[0].id, "content": "a.py"})
+    first, messages = tool_turn(client)
     stream = client.chat.completions.create(model="m", messages=messages, stream=True)
     chunks = list(stream)
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
