@@ -132,16 +132,21 @@ def test_the_leak_check_finds_copied_guidance_wording() -> None:
     assert find_leaks(demo, guidance, at=2) == []  # only the teacher's own messages count
 
 
+def _llm_recovery(base_url: str, rounds: int) -> GuidedRecovery:
+    """Recovery whose only guidance source is an LLM at `base_url`, from the start."""
+    model = OpenAICompatibleModel(OpenAIModelConfig(base_url=base_url, model="mock"))
+    return GuidedRecovery(
+        PlanFollower,
+        ScriptedUser,
+        RecoverConfig(sources=["llm"], starts=["start"], llm_rounds=rounds),
+        proposer=LLMGuidanceProposer(model),
+    )
+
+
 def test_an_llm_proposed_guidance_round_through_the_mock_server(failed_run: Trajectory) -> None:
     plan = _plan_text(failed_run)
     with MockOpenAIServer(["Be careful and polite.", plan]) as server:
-        model = OpenAICompatibleModel(OpenAIModelConfig(base_url=server.base_url, model="mock"))
-        recovery = GuidedRecovery(
-            PlanFollower,
-            ScriptedUser,
-            RecoverConfig(sources=["llm"], starts=["start"], llm_rounds=3),
-            proposer=LLMGuidanceProposer(model),
-        )
+        recovery = _llm_recovery(server.base_url, rounds=3)
         result, demo = recovery.recover(failed_run, None)
         first, second = (r["messages"][1]["content"] for r in server.requests)
     assert "Failed attempt" in first and "Verifier: reward 0.0" in first
@@ -241,13 +246,7 @@ def test_a_failed_guidance_call_is_retried_then_recorded_and_the_search_goes_on(
     refused = {"status": 400, "error": "context too long"}
     script = [refused, refused, refused, "", _plan_text(failed_run)]
     with MockOpenAIServer(script) as server:
-        model = OpenAICompatibleModel(OpenAIModelConfig(base_url=server.base_url, model="mock"))
-        recovery = GuidedRecovery(
-            PlanFollower,
-            ScriptedUser,
-            RecoverConfig(sources=["llm"], starts=["start"], llm_rounds=2),
-            proposer=LLMGuidanceProposer(model),
-        )
+        recovery = _llm_recovery(server.base_url, rounds=2)
         report, _ = recover_runs([failed_run], recovery, {failed_run.id: []})
         assert len(server.requests) == 5
     (result,) = report.results
