@@ -134,3 +134,22 @@ def test_a_run_replaced_or_deleted_in_a_bulk_transaction_leaves_one_index_row(
             "LEFT JOIN trajectories AS t ON t.rowid = s.rowid ORDER BY t.task_id"
         ).fetchall()
     assert [task for _, task in rows] == ["a", "c", "z"]  # no row without its run
+
+
+def test_a_rolled_back_savepoint_drops_its_rows_after_an_earlier_run_was_replaced(
+    tmp_path: Path,
+) -> None:
+    with Store(tmp_path / "s.db") as store:
+        with store.bulk_writes(), store.transaction():
+            first = _run("a")
+            store.add(first)  # held back by an earlier file
+            with pytest.raises(RuntimeError), store.savepoint():
+                store.put(first.model_copy(update={"messages": first.messages * 2}))
+                store.add(_run("b"))
+                raise RuntimeError("this file fails")
+            store.add(_run("c"))
+        rows = store.db.execute(
+            "SELECT t.task_id FROM run_search AS s "
+            "LEFT JOIN trajectories AS t ON t.rowid = s.rowid ORDER BY t.task_id"
+        ).fetchall()
+    assert [task for (task,) in rows] == ["a", "c"]  # no row without its run, none lost

@@ -140,6 +140,15 @@ def _checked(encoded: EncodedTrajectory) -> EncodedTrajectory:
     return encoded
 
 
+class _PendingMark(NamedTuple):
+    """Where the held-back full-text rows stood: how many, their characters, and how many
+    had been set to None."""
+
+    rows: int = 0
+    chars: int = 0
+    forgotten: int = 0
+
+
 class Store:
     """A trajectory store in one SQLite file.
 
@@ -165,11 +174,14 @@ class Store:
             self.db.close()
             raise
         self._depth = 0
-        self._savepoints: list[int] = []
-        """Length of `_pending_index` when each open savepoint began."""
+        self._savepoints: list[_PendingMark] = []
+        """Where the held-back rows stood when each open savepoint began."""
         self._defer_index = False
-        self._pending_index: list[tuple[int | None, RunSearchText]] = []
+        self._pending_index: list[tuple[int | None, RunSearchText | None]] = []
+        """Held-back full-text rows; None for a run replaced or deleted since."""
         self._pending_chars = 0
+        self._forgotten: list[tuple[int, tuple[int | None, RunSearchText | None]]] = []
+        """(position, row) of each held-back row set to None, to restore on a rollback."""
 
     def close(self) -> None:
         self.db.close()
@@ -196,7 +208,7 @@ class Store:
             yield
             self._write_pending_index()
         except BaseException:
-            self._drop_pending_index(0)
+            self._cut_pending(_PendingMark())
             self.db.execute("ROLLBACK")
             raise
         else:
@@ -214,13 +226,15 @@ class Store:
             return
         if not self._savepoints and self._pending_chars > PENDING_INDEX_CHARS:
             self._write_pending_index()  # between two files: the earlier files' rows
-        self._savepoints.append(len(self._pending_index))
+        self._savepoints.append(
+            _PendingMark(len(self._pending_index), self._pending_chars, len(self._forgotten))
+        )
         self.db.execute("SAVEPOINT part")
         try:
             yield
         except BaseException:
             self.db.execute("ROLLBACK TO part")
-            self._drop_pending_index(self._savepoints[-1])
+            self._undo_pending(self._savepoints[-1])
             raise
         finally:
             self.db.execute("RELEASE part")
@@ -336,25 +350,35 @@ class Store:
         if self._defer_index and self._depth:
             self._pending_index.append((rowid, search))
             self._pending_chars += len(search.body)
-            start = self._savepoints[-1] if self._savepoints else 0
-            if self._pending_chars - self._chars_before(start) > PENDING_INDEX_CHARS:
-                self._write_pending_index(start)  # a big file: its own rows so far
+            mark = self._savepoints[-1] if self._savepoints else _PendingMark()
+            if self._pending_chars - mark.chars > PENDING_INDEX_CHARS:
+                self._write_pending_index(mark)  # a big file: its own rows so far
         else:
             self._write_index(rowid, search)
 
-    def _write_pending_index(self, start: int = 0) -> None:
-        """Write the held-back rows from `start` on (inside a savepoint: only its own rows,
+    def _write_pending_index(self, mark: _PendingMark | None = None) -> None:
+        """Write the held-back rows from `mark` on (inside a savepoint: only its own rows,
         so that they are undone with it; the rows of earlier files wait for the commit)."""
-        for rowid, search in self._pending_index[start:]:
-            self._write_index(rowid, search)
-        self._drop_pending_index(start)
+        mark = mark or _PendingMark()
+        for rowid, search in self._pending_index[mark.rows :]:
+            if search is not None:
+                self._write_index(rowid, search)
+        self._cut_pending(mark)
 
-    def _chars_before(self, start: int) -> int:
-        return sum(len(search.body) for _, search in self._pending_index[:start])
+    def _cut_pending(self, mark: _PendingMark) -> None:
+        """Keep only the held-back rows before `mark`."""
+        del self._pending_index[mark.rows :]
+        self._pending_chars = mark.chars
+        self._forgotten = [f for f in self._forgotten if f[0] < mark.rows]
 
-    def _drop_pending_index(self, keep: int) -> None:
-        del self._pending_index[keep:]
-        self._pending_chars = sum(len(search.body) for _, search in self._pending_index)
+    def _undo_pending(self, mark: _PendingMark) -> None:
+        """Back to `mark`, as a rolled-back savepoint leaves the store: its rows dropped and
+        the earlier rows it set to None (a run it replaced or deleted) restored."""
+        for position, row in self._forgotten[mark.forgotten :]:
+            if position < mark.rows:
+                self._pending_index[position] = row
+        del self._forgotten[mark.forgotten :]
+        self._cut_pending(mark)
 
     def _write_index(self, rowid: int | None, search: RunSearchText) -> None:
         self.db.execute("DELETE FROM run_search WHERE rowid = ?", (rowid,))
@@ -372,8 +396,12 @@ class Store:
 
     def _forget_pending(self, rowids: set[int]) -> None:
         """Drop held-back index rows of runs replaced or deleted in this transaction."""
-        if self._pending_index and rowids:
-            self._pending_index[:] = [p for p in self._pending_index if p[0] not in rowids]
+        if not rowids:
+            return
+        for position, row in enumerate(self._pending_index):
+            if row[0] in rowids and row[1] is not None:  # kept in place: marks count positions
+                self._forgotten.append((position, row))
+                self._pending_index[position] = (row[0], None)
 
     def resolve_id(self, prefix: str) -> str:
         """The full id for an id or unique prefix; UserError when none or several match."""
