@@ -7,27 +7,33 @@ companion files they consume), measured in the same run. Goal: ratio at most 3.
 
 The two sides run alternately `--repeat` times (default 3) and each side's fastest run
 counts, so a busy machine disturbs the ratio less; the ratio of CPU time (process time,
-which other processes do not inflate) is printed too. `--profile` prints the top functions
-of one import.
+which other processes do not inflate; the import's workers included) is printed too.
+`--profile` prints the top functions of one import (of its main process).
 
-Where the time goes (process-time timers around each stage, 986 trajectories, 99 MB of
-files, on a busy 2-core machine; about 1.45-1.8 s of CPU in all): reading, parsing and one
-pydantic validation per trajectory about 0.5 s (json.load of the same bytes: 0.23 s);
-SQLite's full-text index (FTS5) of the runs' 44 MB of text about 0.4 s, which alone is
-about twice json.load; one serialization plus sha256 for the content id, and the search
-text, about 0.3 s; row inserts 0.15 s; commits 0.12 s; format detection 0.14 s. What the
-import does about SQLite: files are committed in groups of about 8 MB (each file in its
-own savepoint), the full-text rows of a group are written just before its commit (FTS5
+Where the time goes in one process (`--workers 0`; process-time timers around each stage,
+986 trajectories, 99 MB of files, on a busy 2-core machine; about 1.45-1.8 s of CPU in all):
+reading, parsing and one pydantic validation per trajectory about 0.5 s (json.load of the
+same bytes: 0.23 s); SQLite's full-text index (FTS5) of the runs' 44 MB of text about 0.4 s,
+which alone is about twice json.load; one serialization plus sha256 for the content id, and
+the search text, about 0.3 s; row inserts 0.15 s; commits 0.12 s; format detection 0.14 s.
+What the import does about SQLite: files are committed in groups of about 8 MB (each file in
+its own savepoint), the full-text rows of a group are written just before its commit (FTS5
 writes out a segment at every savepoint, which cost more than the indexing itself when each
 file was its own), and an empty store is filled through a rollback journal, so each page is
-written once instead of to the write-ahead log and again at the checkpoint.
-Tried and not kept: page_size 16 KiB / 64 KiB with a larger cache (no faster, the file
-grows up to 10%); zlib level 1 (4.6x smaller file, same wall time, +0.3 s CPU, and SQL
-`json_extract` on documents would stop working); a writer thread for SQLite (GIL hand-offs
-between ~1000 small transactions and long validations: 4.9 s against 4.2 s on a busy
-2-core machine); FTS5 `detail=column` (0.27 s instead of 0.42 s to index, but no phrase
-queries) and the ascii tokenizer (about 5% faster, but non-ASCII text would not be folded).
-"""
+written once instead of to the write-ahead log and again at the checkpoint. Files are read,
+validated and serialized by worker processes (one per core but one) while the main process
+writes the store (`--workers 0` reads everything in the main process): on 2 cores 1.22-1.29
+s instead of 1.6-1.7 s wall (5.4-5.9x instead of 7.1-7.5x), at more CPU in all (8.3-9.1x
+instead of 6.5-7.0x) since the encoded runs (about 130 MB for 99 MB of files) are pickled
+and sent through a pipe. The main process is then the limit: SQLite takes about 0.85 s of it
+(the full-text index 0.5-0.6 s, rows 0.26 s), receiving the runs 0.12 s and format detection
+0.13 s, which is already 5x json.load. Tried and not kept: page_size 16 KiB / 64 KiB with a
+larger cache (no faster, the file grows up to 10%); zlib level 1 (4.6x smaller file, same
+wall time, +0.3 s CPU, and SQL `json_extract` on documents would stop working); a writer
+thread for SQLite (GIL hand-offs between ~1000 small transactions and long validations: 4.9
+s against 4.2 s on a busy 2-core machine); FTS5 `detail=column` (0.27 s instead of 0.42 s to
+index, but no phrase queries) and the ascii tokenizer (about 5% faster, but non-ASCII text
+would not be folded)."""
 
 from __future__ import annotations
 
@@ -35,6 +41,7 @@ import argparse
 import cProfile
 import json
 import pstats
+import resource
 import tempfile
 import time
 from pathlib import Path
@@ -47,6 +54,12 @@ from trajforge.store import Store
 GOAL_RATIO = 3.0
 
 
+def cpu_seconds() -> float:
+    """CPU time of this process and of its ended worker processes."""
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + children.ru_utime + children.ru_stime
+
+
 class Timing:
     """Best wall-clock and CPU seconds over repeated runs."""
 
@@ -55,26 +68,26 @@ class Timing:
         self.cpu = float("inf")
 
     def measure(self, func, *args):
-        wall, cpu = time.perf_counter(), time.process_time()
+        wall, cpu = time.perf_counter(), cpu_seconds()
         result = func(*args)
         self.wall = min(self.wall, time.perf_counter() - wall)
-        self.cpu = min(self.cpu, time.process_time() - cpu)
+        self.cpu = min(self.cpu, cpu_seconds() - cpu)
         return result
 
 
-def import_all(data: Path, store_path: Path) -> ImportReport:
+def import_all(data: Path, store_path: Path, workers: int | None) -> ImportReport:
     """Import `data` into a new store at `store_path` (closing it, which syncs it to disk)."""
     with Store(store_path) as store:
-        report = import_paths(store, [str(data)])
+        report = import_paths(store, [str(data)], workers=workers)
     if report.failed:
         raise SystemExit(f"import failed: {report.failed[0].error}")
     return report
 
 
-def timed_import(timing: Timing, data: Path) -> ImportReport:
+def timed_import(timing: Timing, data: Path, workers: int | None) -> ImportReport:
     """One measured import into a fresh temporary store (deleting it is not measured)."""
     with tempfile.TemporaryDirectory() as tmp:
-        return timing.measure(import_all, data, Path(tmp) / "bench.db")
+        return timing.measure(import_all, data, Path(tmp) / "bench.db", workers)
 
 
 def json_load_all(files: list[Path]) -> None:
@@ -92,21 +105,25 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("data", nargs="?", help="folder to import (default: ../shared/data)")
     parser.add_argument("--repeat", type=int, default=3, help="runs per side; the best counts")
+    parser.add_argument(
+        "--workers", type=int, help="reading workers (default: the import's own default)"
+    )
     parser.add_argument("--profile", action="store_true", help="profile one import")
     args = parser.parse_args()
     data = data_dir(args.data)
     if args.profile:
         with tempfile.TemporaryDirectory() as tmp:
-            call = "import_all(data, Path(tmp) / 'bench.db')"
-            cProfile.runctx(call, globals(), {"data": data, "tmp": tmp}, "/tmp/import.prof")
+            call = "import_all(data, Path(tmp) / 'bench.db', workers)"
+            where = {"data": data, "tmp": tmp, "workers": args.workers}
+            cProfile.runctx(call, globals(), where, "/tmp/import.prof")
         pstats.Stats("/tmp/import.prof").sort_stats("tottime").print_stats(25)
     importing, loading = Timing(), Timing()
-    report = timed_import(importing, data)
+    report = timed_import(importing, data, args.workers)
     files = read_files(report)
     for run in range(args.repeat):
         loading.measure(json_load_all, files)
         if run:
-            timed_import(importing, data)
+            timed_import(importing, data, args.workers)
     print_results(data, report, files, importing, loading)
 
 
@@ -122,7 +139,8 @@ def print_results(
     )
     print(f"json.load: {loading.wall:6.2f} s  {megabytes / loading.wall:6.1f} MB/s")
     print(
-        f"CPU time:  import {importing.cpu:.2f} s, json.load {loading.cpu:.2f} s, "
+        f"CPU time (workers included): import {importing.cpu:.2f} s, "
+        f"json.load {loading.cpu:.2f} s, "
         f"ratio {importing.cpu / loading.cpu:.2f}x"
     )
     verdict = "met" if ratio <= GOAL_RATIO else "NOT met"

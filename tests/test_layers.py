@@ -28,7 +28,17 @@ from pathlib import Path
 SRC = Path(__file__).resolve().parents[1] / "src" / "trajforge"
 
 LAYERS: list[set[str]] = [
-    {"schema", "errors", "registry", "jsonfile", "openai_wire", "outputs", "version", "faultspec"},
+    {
+        "schema",
+        "errors",
+        "registry",
+        "jsonfile",
+        "openai_wire",
+        "outputs",
+        "version",
+        "faultspec",
+        "processes",
+    },
     {"store"},
     {"importers", "models"},
     {"envs"},

@@ -36,6 +36,16 @@ def import_command(
     run: Annotated[
         str | None, typer.Option("--run", help="Set the run name of every imported run.")
     ] = None,
+    workers: Annotated[
+        int | None,
+        typer.Option(
+            "--workers",
+            min=0,
+            help="Processes that read and validate files while this one writes the store "
+            "(default: one per core but one, for imports of 4 MB or more; 0: read here).",
+            show_default=False,
+        ),
+    ] = None,
     json_out: JsonOption = False,
 ) -> None:
     """Import trajectories; each file is imported whole or not at all.
@@ -46,7 +56,7 @@ def import_command(
     overrides = SourceOverrides(model=model, run=run)
     with open_store(db, must_exist=False) as store, progress_bar(json_out) as progress:
         task = progress.add_task("importing", total=len(jobs))
-        import_jobs(store, jobs, report, lambda _: progress.advance(task), overrides)
+        import_jobs(store, jobs, report, lambda _: progress.advance(task), overrides, workers)
     if json_out:
         print_json(_summary(report))
     else:

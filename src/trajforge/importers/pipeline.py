@@ -6,16 +6,20 @@ import glob
 import os
 import stat
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Executor, Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from contextlib import contextmanager
 from pathlib import Path
 
 from pydantic import BaseModel, Field
 from pydantic_core import PydanticSerializationError
 
 from trajforge.errors import InputError, UserError
-from trajforge.importers.base import Importer
+from trajforge.importers.base import Importer, data_size
 from trajforge.importers.registry import detect_format, require_format
+from trajforge.processes import ignore_interrupts, process_context, usable_cores
 from trajforge.schema import Trajectory
-from trajforge.store import Store
+from trajforge.store import EncodedTrajectory, Store, encode
 
 
 class FileResult(BaseModel):
@@ -162,16 +166,31 @@ def import_paths(
     fmt: str | None = None,
     on_file: Callable[[FileResult], None] | None = None,
     overrides: SourceOverrides | None = None,
+    workers: int | None = None,
 ) -> ImportReport:
-    """Import files, folders and globs; each file commits alone or not at all."""
+    """Import files, folders and globs; each file commits alone or not at all (`workers`:
+    see `import_jobs`)."""
     jobs, report = plan(paths, fmt)
-    return import_jobs(store, jobs, report, on_file, overrides)
+    return import_jobs(store, jobs, report, on_file, overrides, workers)
 
 
 COMMIT_BYTES = 8_000_000
 """Files are committed in groups of about this many bytes: each commit of the full-text
 index writes and merges index segments, which cost more than indexing the text itself when
 every small file was its own transaction."""
+
+PARALLEL_MIN_BYTES = 4_000_000
+"""Files adding up to less are read in this process: starting workers would cost more."""
+MAX_READERS = 4
+"""Past this many reading workers, the one process that writes the store is the limit."""
+READ_AHEAD_BYTES = 64_000_000
+"""How far (in bytes of files) the workers may read ahead of the writer; bounds memory."""
+WORKER_FILE_BYTES = 32_000_000
+"""A file with more content (decompressed) is read in this process while it is stored, run
+by run, never held whole."""
+
+_Runs = Iterable[EncodedTrajectory] | str
+"""A file's encoded runs, or why the file cannot be imported."""
 
 
 def import_jobs(
@@ -180,17 +199,26 @@ def import_jobs(
     report: ImportReport,
     on_file: Callable[[FileResult], None] | None = None,
     overrides: SourceOverrides | None = None,
+    workers: int | None = None,
 ) -> ImportReport:
     """Run planned (path, importer) jobs, adding one `FileResult` per file to `report`.
 
     Each file is all or nothing (its own savepoint); files are committed in groups
     (`COMMIT_BYTES`), and a file is reported (`on_file`) once its group has committed.
+    `workers` processes read, validate and serialize files ahead of this process, which
+    writes the store (default: one per usable core but one, at most `MAX_READERS`, when the
+    files add up to `PARALLEL_MIN_BYTES`; 0 reads every file here).
     """
     overrides = overrides or SourceOverrides()
-    with store.bulk_writes():
-        for group in _commit_groups(jobs):
+    sizes = [_file_size(path) for path, _ in jobs]
+    if workers is None:
+        workers = default_readers(sizes)
+    with store.bulk_writes(), _read_ahead(jobs, sizes, overrides, workers) as runs_of_files:
+        for group in _commit_groups(jobs, sizes):
             with store.transaction():
-                results = [_import_file(store, path, imp, overrides) for path, imp in group]
+                results = [
+                    _store_file(store, path, imp, next(runs_of_files)) for path, imp in group
+                ]
             for result in results:
                 report.files.append(result)
                 if on_file:
@@ -198,38 +226,121 @@ def import_jobs(
     return report
 
 
-def _import_file(store: Store, path: Path, imp: Importer, overrides: SourceOverrides) -> FileResult:
-    result = FileResult(path=str(path), format=imp.name)
+def default_readers(sizes: list[int]) -> int:
+    """Reading workers for files of these sizes: none for a small import or a single core."""
+    if len(sizes) < 2 or sum(sizes) < PARALLEL_MIN_BYTES:
+        return 0
+    return max(0, min(MAX_READERS, usable_cores() - 1))
+
+
+@contextmanager
+def _read_ahead(
+    jobs: list[tuple[Path, Importer]], sizes: list[int], overrides: SourceOverrides, workers: int
+) -> Iterator[Iterator[_Runs]]:
+    """Each job's runs in job order: read here as they are stored, or by `workers` processes
+    ahead of time (pending reads are cancelled when the import stops early)."""
+    if workers < 1:
+        yield (_encoded_runs(path, imp, overrides) for path, imp in jobs)
+        return
+    pool = ProcessPoolExecutor(workers, process_context(), initializer=ignore_interrupts)
+    try:
+        yield _read_in_workers(pool, jobs, sizes, overrides)
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _read_in_workers(
+    pool: Executor, jobs: list[tuple[Path, Importer]], sizes: list[int], overrides: SourceOverrides
+) -> Iterator[_Runs]:
+    futures: dict[int, Future[list[EncodedTrajectory] | str]] = {}
+    submitted = held = 0  # jobs looked at so far; bytes of files read ahead and not yet taken
+    for index, (path, imp) in enumerate(jobs):
+        while submitted < len(jobs) and (submitted <= index or held < READ_AHEAD_BYTES):
+            if sizes[submitted] <= WORKER_FILE_BYTES:
+                ahead_path, ahead_imp = jobs[submitted]
+                futures[submitted] = pool.submit(_read_whole, ahead_path, ahead_imp, overrides)
+                held += sizes[submitted]
+            submitted += 1
+        future = futures.pop(index, None)
+        if future is None:
+            yield _encoded_runs(path, imp, overrides)
+        else:
+            held -= sizes[index]
+            yield _result(future, path)
+
+
+def _result(future: Future[list[EncodedTrajectory] | str], path: Path) -> _Runs:
+    try:
+        return future.result()
+    except BrokenProcessPool as exc:
+        raise UserError(
+            f"import stopped: the worker process reading {path} died ({exc}). The runs "
+            "committed so far are kept, and importing the same paths again adds only the "
+            "rest; add --workers 0 to read every file in this process"
+        ) from None
+
+
+def _read_whole(
+    path: Path, imp: Importer, overrides: SourceOverrides
+) -> list[EncodedTrajectory] | str:
+    """Every run of one file, encoded, or why the file cannot be imported (in a worker)."""
+    try:
+        return list(_encoded_runs(path, imp, overrides))
+    except UserError as exc:
+        return str(exc)
+
+
+def _encoded_runs(
+    path: Path, imp: Importer, overrides: SourceOverrides
+) -> Iterator[EncodedTrajectory]:
     runs = _Counted(overrides.apply(imp.read(path)))
     try:
-        with store.savepoint():
-            result.added, result.duplicates = store.add_many(runs)
-    except UserError as exc:
-        result.error = str(exc)
+        for traj in runs:
+            yield encode(traj)
     except (PydanticSerializationError, RecursionError):
         problem = "cannot store the run: a value is nested too deeply"
-        result.error = str(InputError(str(path), problem, runs.count - 1))
+        raise InputError(str(path), problem, runs.count - 1) from None
+
+
+def _store_file(store: Store, path: Path, imp: Importer, runs: _Runs) -> FileResult:
+    result = FileResult(path=str(path), format=imp.name)
+    if isinstance(runs, str):
+        result.error = runs
+        return result
+    added = duplicates = 0
+    try:
+        with store.savepoint():
+            for encoded in runs:
+                if store.add_encoded(encoded):
+                    added += 1
+                else:
+                    duplicates += 1
+    except UserError as exc:
+        result.error = str(exc)
+    else:
+        result.added, result.duplicates = added, duplicates
     return result
 
 
 def _commit_groups(
-    jobs: list[tuple[Path, Importer]],
+    jobs: list[tuple[Path, Importer]], sizes: list[int]
 ) -> Iterator[list[tuple[Path, Importer]]]:
     group: list[tuple[Path, Importer]] = []
-    size = 0
-    for path, imp in jobs:
-        group.append((path, imp))
-        size += _file_size(path)
-        if size >= COMMIT_BYTES:
+    group_bytes = 0
+    for job, size in zip(jobs, sizes, strict=True):
+        group.append(job)
+        group_bytes += size
+        if group_bytes >= COMMIT_BYTES:
             yield group
-            group, size = [], 0
+            group, group_bytes = [], 0
     if group:
         yield group
 
 
 def _file_size(path: Path) -> int:
+    """The size of the file's content (decompressed, for `.gz`)."""
     try:
-        return path.stat().st_size
+        return data_size(path)
     except OSError:
         return 0  # reading it will report why
 

@@ -10,11 +10,10 @@ driver stores without parsing the document again.
 from __future__ import annotations
 
 import math
-import multiprocessing
-import sys
 from collections.abc import Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 
+from trajforge.processes import process_context
 from trajforge.rollout.runner import EpisodeSpec, FinishedEpisode, Progress, run_and_encode
 
 CHUNKS_PER_WORKER = 8
@@ -35,11 +34,6 @@ def chunked(specs: list[EpisodeSpec], workers: int) -> list[list[EpisodeSpec]]:
     return [specs[i : i + size] for i in range(0, len(specs), size)]
 
 
-def _context() -> multiprocessing.context.BaseContext:
-    """Fork where it is safe and cheap (Linux: workers start with trajforge already loaded)."""
-    return multiprocessing.get_context("fork" if sys.platform == "linux" else "spawn")
-
-
 def run_local(
     specs: list[EpisodeSpec], concurrency: int, progress: Progress
 ) -> Iterator[FinishedEpisode]:
@@ -52,7 +46,7 @@ def run_local(
         progress.running(0)
         return
     pending = list(reversed(chunked(specs, concurrency)))
-    with ProcessPoolExecutor(max_workers=concurrency, mp_context=_context()) as pool:
+    with ProcessPoolExecutor(max_workers=concurrency, mp_context=process_context()) as pool:
         active: dict[Future, int] = {}
         while pending or active:
             while pending and len(active) < QUEUED_PER_WORKER * concurrency:

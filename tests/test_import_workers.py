@@ -1,0 +1,98 @@
+"""Imports read by worker processes: the same report and the same store as reading every
+file in this process, and a clear error when a worker dies."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import trajforge.importers.pipeline as pipeline
+from trajforge.errors import UserError
+from trajforge.importers import import_paths
+from trajforge.importers.trajforge_jsonl import TrajforgeJsonlImporter
+from trajforge.schema import Message, Task, Trajectory
+from trajforge.store import Store
+
+
+def _mixed_folder(shared_data: Path, folder: Path) -> Path:
+    """Real runs of three formats, a file that fails half-way and one that is not JSON."""
+    folder.mkdir()
+    shutil.copy(shared_data / "agentrx" / "tau-retail" / "tau_dataset_full.json", folder)
+    shutil.copytree(shared_data / "who-and-when" / "Hand-Crafted-sample", folder / "who")
+    swe = shared_data / "swe-bench-verified" / "mini-swe-agent_gemini-3-pro"
+    for instance in sorted((swe / "trajs").iterdir())[:3]:
+        shutil.copytree(instance, folder / "trajs" / instance.name)
+    run = Trajectory(task=Task(id="t", environment="e"), messages=[Message(role="user")])
+    (folder / "zz-broken.jsonl").write_text(run.model_dump_json() + "\n{not json\n")
+    return folder
+
+
+def _stored(store: Store) -> list[tuple[str, bytes]]:
+    return store.db.execute("SELECT id, doc FROM trajectories ORDER BY id").fetchall()
+
+
+def _indexed(store: Store) -> list[tuple[str, str]]:
+    sql = (
+        "SELECT t.id, s.body FROM run_search AS s JOIN trajectories AS t ON t.rowid = s.rowid "
+        "ORDER BY t.id"
+    )
+    return store.db.execute(sql).fetchall()
+
+
+@pytest.mark.parametrize("worker_file_bytes", [pipeline.WORKER_FILE_BYTES, 100_000])
+def test_workers_import_what_this_process_would(
+    shared_data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, worker_file_bytes: int
+) -> None:
+    """With a small `WORKER_FILE_BYTES`, the bigger files are read here between the others."""
+    monkeypatch.setattr(pipeline, "WORKER_FILE_BYTES", worker_file_bytes)
+    folder = _mixed_folder(shared_data, tmp_path / "runs")
+    results = {}
+    for workers in (0, 2):
+        with Store(tmp_path / f"w{workers}.db") as store:
+            report = import_paths(store, [str(folder)], workers=workers)
+            results[workers] = (report.model_dump(), _stored(store), _indexed(store))
+    assert results[2] == results[0]
+    report, stored, _ = results[2]
+    assert [f["error"] is not None for f in report["files"]].count(True) == 1
+    assert len(stored) == 100 + 3 + 3
+
+
+def test_runs_already_stored_are_counted_as_duplicates(shared_data: Path) -> None:
+    source = str(shared_data / "who-and-when" / "Hand-Crafted-sample")
+    with Store(":memory:") as store:
+        first = import_paths(store, [source], workers=2)
+        again = import_paths(store, [source], workers=2)
+        assert store.count() == 3
+    assert (first.added, first.duplicates, again.added, again.duplicates) == (3, 0, 0, 3)
+
+
+class _DiesInWorkers(TrajforgeJsonlImporter):
+    """Reads trajforge JSONL, except in a worker process, which it kills at once."""
+
+    parent = os.getpid()
+
+    def read(self, path: Path) -> Iterator[Trajectory]:
+        if os.getpid() != self.parent:
+            os._exit(3)
+        return super().read(path)
+
+
+def test_a_dead_worker_stops_the_import_with_what_to_do(shared_data: Path, tmp_path: Path) -> None:
+    who = sorted((shared_data / "who-and-when" / "Hand-Crafted-sample").iterdir())
+    folder = tmp_path / "runs"
+    folder.mkdir()
+    with Store(tmp_path / "source.db") as source:
+        import_paths(source, [str(p) for p in who])
+        for n, traj in enumerate(source.query()):
+            (folder / f"{n}.jsonl").write_text(traj.model_dump_json() + "\n")
+    jobs = [(path, _DiesInWorkers()) for path in sorted(folder.iterdir())]
+    with Store(tmp_path / "s.db") as store:
+        with pytest.raises(UserError, match=r"worker process reading .*0\.jsonl died"):
+            pipeline.import_jobs(store, jobs, pipeline.ImportReport(), workers=1)
+        assert store.count() == 0
+        report = pipeline.import_jobs(store, jobs, pipeline.ImportReport(), workers=0)
+        assert (report.added, store.count()) == (3, 3)
