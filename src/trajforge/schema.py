@@ -213,21 +213,38 @@ def common_prefix_length(left: list, right: list) -> int:
     return equal
 
 
-def compact_llm_calls(calls: list[LLMCall]) -> list[LLMCall]:
+class PromptPrefixes:
+    """For calls in order: how many leading ids of each prompt repeat the token base (the
+    prompt + completion ids of the latest earlier call that has both), as `compact_llm_calls`
+    stores them. Kept by a session that grows call by call, each prompt is compared once."""
+
+    def __init__(self) -> None:
+        self.shared: list[int] = []
+        self._base: list[int] | None = None
+
+    def add(self, call: LLMCall) -> None:
+        ids, base = call.prompt_token_ids, self._base
+        self.shared.append(common_prefix_length(base, ids) if base and ids else 0)
+        self._base = _token_base(call) or base
+
+
+def compact_llm_calls(calls: list[LLMCall], shared: list[int] | None = None) -> list[LLMCall]:
     """The calls in stored form: each prompt's ids that repeat its token base are replaced by
-    `prompt_token_prefix` (a session's document then grows with its new tokens only)."""
-    compact: list[LLMCall] = []
-    base: list[int] | None = None
-    for call in calls:
-        ids = call.prompt_token_ids
-        shared = common_prefix_length(base, ids) if base is not None and ids is not None else 0
-        if shared and ids is not None:
-            update = {"prompt_token_ids": ids[shared:], "prompt_token_prefix": shared}
-            compact.append(call.model_copy(update=update))
-        else:
-            compact.append(call)
-        base = _token_base(call) or base
-    return compact
+    `prompt_token_prefix` (a session's document then grows with its new tokens only).
+    `shared`: the counts of `PromptPrefixes`, when the caller keeps them."""
+    if shared is None:
+        prefixes = PromptPrefixes()
+        for call in calls:
+            prefixes.add(call)
+        shared = prefixes.shared
+    return [
+        call.model_copy(
+            update={"prompt_token_ids": call.prompt_token_ids[kept:], "prompt_token_prefix": kept}
+        )
+        if kept and call.prompt_token_ids is not None
+        else call
+        for call, kept in zip(calls, shared, strict=True)
+    ]
 
 
 def expand_llm_calls(calls: list[LLMCall]) -> None:

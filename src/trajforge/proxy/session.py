@@ -29,6 +29,7 @@ from trajforge.schema import (
     LLMCall,
     Message,
     Outcome,
+    PromptPrefixes,
     Source,
     Task,
     Trajectory,
@@ -105,6 +106,8 @@ class SessionState:
     last_prompt: tuple[list, list[tuple]] = ([], [])
     """The previous call's prompt messages and their normalized form (reused when the next
     prompt repeats them, so a call normalizes only its new messages)."""
+    prompt_prefixes: PromptPrefixes = field(default_factory=PromptPrefixes)
+    """Each call's prompt ids that repeat the calls before it, counted once as it is added."""
 
     @property
     def next_seq(self) -> int:
@@ -128,6 +131,7 @@ class SessionState:
         if side:
             call.extra["side_call"] = True
         self.calls.append(call)
+        self.prompt_prefixes.add(call)
         self.answers.append(normalize_message(answer) if answer else None)
         self.last = captured
         if side:
@@ -246,7 +250,8 @@ class SessionState:
         """`trajectory()` in the store's compact form: each call's prompt token ids that repeat
         the previous call's are kept as a count (loading the document expands them)."""
         traj = self.trajectory()
-        return traj.model_copy(update={"llm_calls": compact_llm_calls(traj.llm_calls)})
+        calls = compact_llm_calls(traj.llm_calls, self.prompt_prefixes.shared)
+        return traj.model_copy(update={"llm_calls": calls})
 
     def _outcome(self) -> Outcome:
         """The outcome posted by the client; a monitor stop is its termination reason unless
