@@ -10,13 +10,22 @@ from pathlib import Path
 
 import pytest
 
-from trajforge.proxy.record import CapturedCall
+from trajforge.proxy.record import CapturedCall, loaded_call
 from trajforge.proxy.recorder import Recorder
 from trajforge.proxy.session import trajectory_id
 from trajforge.schema import Outcome, Trajectory
 from trajforge.store import Store
+from trajforge.store.proxy_calls import session_call_documents
 
 CALLS = 2000
+
+
+def _answer(n: int, answer: dict, prompt_ids: list[int]) -> dict:
+    """The upstream's answer, which repeats the prompt's ids as vLLM does: in its body, or
+    (every third call) in its first choice."""
+    if n % 3 == 2:
+        return {"id": f"r{n}", "choices": [{"message": answer, "prompt_token_ids": prompt_ids}]}
+    return {"id": f"r{n}", "choices": [{"message": answer}], "prompt_token_ids": prompt_ids}
 
 
 def _calls(session: str):
@@ -30,7 +39,7 @@ def _calls(session: str):
             session=session,
             endpoint="chat/completions",
             request={"model": "m", "messages": list(messages)},
-            response={"id": f"r{n}", "model": "m", "choices": [{"message": answer}]},
+            response=_answer(n, answer, list(prompt_ids)),
             status=200,
             started_at=float(n),
             latency_s=0.01,
@@ -73,6 +82,14 @@ def test_call_rows_stay_flat(recorded) -> None:
     assert len(rows) == CALLS
     early, late = rows[10:110], rows[-100:]
     assert max(late) <= 1.2 * max(early), (max(early), max(late))
+
+
+def test_call_rows_read_back_whole(recorded) -> None:
+    store, _ = recorded
+    previous = None
+    for document, call in zip(session_call_documents(store, "long"), _calls("long"), strict=True):
+        previous = loaded_call(CapturedCall.model_validate_json(document), previous)
+        assert previous == call
 
 
 def test_session_document_grows_by_a_constant_per_call(recorded) -> None:

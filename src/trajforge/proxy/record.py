@@ -74,6 +74,12 @@ class CapturedCall(BaseModel):
         description="Stored form only: the first N prompt token ids are the previous call's "
         "prompt + completion ids (`prompt_token_ids` holds the rest).",
     )
+    response_prompt_ids: Literal["body", "choice"] | None = Field(
+        default=None,
+        exclude_if=_unset,
+        description="Stored form only: the answer's `prompt_token_ids` (in its body, or in its "
+        "first choice) are the call's `prompt_token_ids` and are left out of `response`.",
+    )
 
     def prompt_messages(self) -> list[dict[str, Any]]:
         """The chat messages sent (a text prompt counts as one user message)."""
@@ -132,7 +138,37 @@ def stored_call(call: CapturedCall, previous: CapturedCall | None) -> CapturedCa
         if kept:
             update["prompt_token_ids"] = call.prompt_token_ids[kept:]
             update["prompt_ids_kept"] = kept
+    update |= _without_prompt_ids(call)
     return call.model_copy(update=update) if update else call
+
+
+def _without_prompt_ids(call: CapturedCall) -> dict[str, Any]:
+    """The update that leaves out of the answer the prompt ids it repeats (upstreams such as
+    vLLM send every prompt's ids back: kept in each row, a session's rows grew with the
+    square of its length)."""
+    response, ids = call.response, call.prompt_token_ids
+    if not response or not ids:
+        return {}
+    if response.get("prompt_token_ids") == ids:
+        slim = {k: v for k, v in response.items() if k != "prompt_token_ids"}
+        return {"response": slim, "response_prompt_ids": "body"}
+    choices = response.get("choices")
+    if not isinstance(choices, list) or not choices:
+        return {}
+    first, *rest = choices
+    if isinstance(first, dict) and first.get("prompt_token_ids") == ids:
+        slim_first = {k: v for k, v in first.items() if k != "prompt_token_ids"}
+        slim = {**response, "choices": [slim_first, *rest]}
+        return {"response": slim, "response_prompt_ids": "choice"}
+    return {}
+
+
+def _with_prompt_ids(response: dict[str, Any], where: str, ids: list[int]) -> dict[str, Any]:
+    """Undo `_without_prompt_ids`."""
+    if where == "body":
+        return {**response, "prompt_token_ids": ids}
+    first, *rest = response["choices"]
+    return {**response, "choices": [{**first, "prompt_token_ids": ids}, *rest]}
 
 
 def loaded_call(stored: CapturedCall, previous: CapturedCall | None) -> CapturedCall:
@@ -146,4 +182,8 @@ def loaded_call(stored: CapturedCall, previous: CapturedCall | None) -> Captured
         ids_base = _token_base(previous) or []
         tail = stored.prompt_token_ids or []
         update["prompt_token_ids"] = ids_base[: stored.prompt_ids_kept] + tail
+    if stored.response_prompt_ids is not None and stored.response is not None:
+        ids = update.get("prompt_token_ids", stored.prompt_token_ids) or []
+        update["response"] = _with_prompt_ids(stored.response, stored.response_prompt_ids, ids)
+        update["response_prompt_ids"] = None
     return stored.model_copy(update=update)
