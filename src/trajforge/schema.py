@@ -201,7 +201,9 @@ def common_prefix_length(left: list, right: list) -> int:
     thousands of token ids that differs near its end costs microseconds, not a Python loop.
     """
     shorter = min(len(left), len(right))
-    if left[:shorter] == right[:shorter]:
+    # Only the longer list is sliced: a slice copies its items and touches each one's
+    # reference count, which cost as much as comparing them.
+    if _head(left, shorter) == _head(right, shorter):
         return shorter
     equal, differs = 0, shorter  # left[:equal] == right[:equal]; they differ before `differs`
     while differs - equal > 1:
@@ -211,6 +213,10 @@ def common_prefix_length(left: list, right: list) -> int:
         else:
             differs = middle
     return equal
+
+
+def _head(items: list, length: int) -> list:
+    return items if len(items) == length else items[:length]
 
 
 class PromptPrefixes:
