@@ -7,7 +7,10 @@ Usage: python bench/rollout_scale.py [--episodes N] [--repeat R] [--no-ray]
    per second (timed alone), and whole-episode steps per second through `run_episode`.
    Goal: household env.step >= 10,000 steps/s on one core.
 2. Episodes per second on the local backend (worker processes when there are 2) and its
-   scaling from 1 to 2 workers on household (goal >= 1.7x), then the Ray backend, at
+   scaling from 1 to 2 workers on household (goal >= 1.7x), for `--episodes` and for four
+   times as many (starting the pool, about 8 ms, and the last chunk's tail weigh less in
+   the longer batch: on 2 cores about 1.5x at 240 episodes, 1.65-1.7x at 960), then the Ray
+   backend, at
    concurrency 1 and 2, and Ray's overhead against local at the same concurrency (Ray
    started and warmed up before timing; local and Ray runs alternate), for two workloads:
    household noisy-expert episodes (milliseconds each: the worst case for Ray's fixed
@@ -168,6 +171,7 @@ def main() -> None:
         ("swe expert", swe_batch(args.swe_episodes), 1, False),
     ]
     local_scaling(workloads[0][1], args.repeat)
+    local_scaling(household_batch(4 * args.episodes), args.repeat)
     if args.no_ray:
         for label, specs, repeat, _ in workloads[1:]:
             for concurrency in (1, 2):

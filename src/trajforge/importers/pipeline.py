@@ -6,7 +6,7 @@ import glob
 import os
 import stat
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import Executor, Future, ProcessPoolExecutor
+from concurrent.futures import Executor, Future
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 from pathlib import Path
@@ -17,7 +17,7 @@ from pydantic_core import PydanticSerializationError
 from trajforge.errors import InputError, UserError
 from trajforge.importers.base import Importer, data_size
 from trajforge.importers.registry import detect_format, require_format
-from trajforge.processes import ignore_interrupts, process_context, usable_cores
+from trajforge.processes import ignore_interrupts, usable_cores, worker_pool
 from trajforge.schema import Trajectory
 from trajforge.store import EncodedTrajectory, Store, encode
 
@@ -242,11 +242,8 @@ def _read_ahead(
     if workers < 1:
         yield (_encoded_runs(path, imp, overrides) for path, imp in jobs)
         return
-    pool = ProcessPoolExecutor(workers, process_context(), initializer=ignore_interrupts)
-    try:
+    with worker_pool(workers, initializer=ignore_interrupts) as pool:
         yield _read_in_workers(pool, jobs, sizes, overrides)
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _read_in_workers(

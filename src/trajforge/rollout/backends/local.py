@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 
-from trajforge.processes import process_context
+from trajforge.processes import worker_pool
 from trajforge.rollout.runner import EpisodeSpec, FinishedEpisode, Progress, run_and_encode
 
 CHUNKS_PER_WORKER = 8
@@ -46,7 +46,7 @@ def run_local(
         progress.running(0)
         return
     pending = list(reversed(chunked(specs, concurrency)))
-    with ProcessPoolExecutor(max_workers=concurrency, mp_context=process_context()) as pool:
+    with worker_pool(concurrency) as pool:
         active: dict[Future, int] = {}
         while pending or active:
             while pending and len(active) < QUEUED_PER_WORKER * concurrency:
