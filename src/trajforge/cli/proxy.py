@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -22,6 +23,10 @@ def _serve(app: Callable[..., Any], host: str, port: int, what: str) -> None:
     err_console.print(f"{what} on http://{host}:{port}/v1 (Ctrl-C stops)", highlight=False)
     import uvicorn  # the server stack loads only for the commands that serve
 
+    # What is loaded so far (modules, the app) lives as long as the server: frozen out of
+    # the garbage collector, it is not walked again by each full collection, which stops
+    # the server while it runs (the proxy's took 30-110 ms, its p99 latency at 16 sessions).
+    gc.freeze()
     uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
 
 
