@@ -6,10 +6,12 @@ the store keeps only what is new per call, in the call's row and in the session'
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import pytest
 
+import trajforge.proxy.recorder as recorder_module
 from trajforge.proxy.record import CapturedCall, loaded_call
 from trajforge.proxy.recorder import Recorder
 from trajforge.proxy.session import trajectory_id
@@ -113,3 +115,28 @@ def test_the_long_session_reads_back_whole(recorded) -> None:
     rebuilt = store.get(trajectory_id("long"))
     assert rebuilt.outcome.success is True
     _check_whole(rebuilt)
+
+
+def test_sessions_past_the_memory_limit_are_dropped_and_rebuilt(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A proxy that has seen many sessions keeps the recent ones; an old one called again
+    is rebuilt from its rows and goes on where it stopped."""
+    monkeypatch.setattr(recorder_module, "SESSIONS_IN_MEMORY", 2)
+    names = [f"s{n}" for n in range(5)]
+    calls = {name: list(itertools.islice(_calls(name), 4)) for name in names}
+    with Store(tmp_path / "many.db") as store:
+        recorder = Recorder(store)
+        for name in names:
+            for call in calls[name][:3]:
+                recorder.submit(call).result()
+        recorder.flush()
+        assert list(recorder.sessions) == ["s3", "s4"]
+        recorder.submit(calls["s0"][3]).result()
+        recorder.flush()
+        recorder.close()
+        rebuilt = store.get(trajectory_id("s0"))
+    assert [c.prompt_token_ids for c in rebuilt.llm_calls] == [
+        c.prompt_token_ids for c in calls["s0"]
+    ]
+    assert [c.extra["seq"] for c in rebuilt.llm_calls] == [0, 1, 2, 3]

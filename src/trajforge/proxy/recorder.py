@@ -3,13 +3,15 @@
 Handlers hand over a `CapturedCall` and get a future that resolves once its `proxy_calls` row
 is committed (that row is the durable record). The writer drains whatever is queued into one
 transaction. Re-assembling a session's trajectory costs more (it grows with the session), so
-it happens after the futures are resolved, once no call has come for `IDLE_REFRESH_S`, and
-at least every `REFRESH_INTERVAL_S` under steady load; and then only for sessions that grew by
+it happens after the futures are resolved, once no call has come for `IDLE_REFRESH_S`, and at
+least every `REFRESH_INTERVAL_S` under steady load; and then only for sessions that grew by
 `GROWTH` (a quarter) since their last assembly, or for all once the proxy has been idle for
-`SETTLE_S` (and on flush, outcome and close). A long session is thus re-assembled a
-logarithmic number of times, and its stored document keeps each call's new tokens only
-(`SessionState.stored_trajectory`), so the recording cost per call stays flat. A session met
-for the first time since start-up is rebuilt from its stored rows, so a restarted proxy
+`SETTLE_S` (and on flush, outcome and close); once settled, the writer also runs a full
+garbage collection, which would otherwise come in the middle of later calls and stop them all
+for as long as it takes (tens of ms with a few hundred sessions). A long session is thus re-
+assembled a logarithmic number of times, and its stored document keeps each call's new tokens
+only (`SessionState.stored_trajectory`), so the recording cost per call stays flat. A session
+met for the first time since start-up is rebuilt from its stored rows, so a restarted proxy
 continues a session where it stopped, and `repair()` re-assembles sessions whose trajectory
 missed calls (a proxy killed before its last refresh). `monitor_memory(session)` gives a
 restarted proxy's failure monitor what it knew of a session: its stop (kept on the refused
@@ -19,10 +21,12 @@ calls) and its answers.
 from __future__ import annotations
 
 import copy
+import gc
 import logging
 import queue
 import threading
 import time
+from collections import OrderedDict
 from concurrent.futures import Future
 from dataclasses import dataclass
 
@@ -40,6 +44,11 @@ from trajforge.store.proxy_calls import (
 log = logging.getLogger("trajforge.proxy")
 
 MAX_BATCH = 256
+SESSIONS_IN_MEMORY = 256
+"""Sessions whose state is kept between calls; past this, the least recently called ones
+that are fully stored are dropped (and rebuilt from their rows if called again), so a
+long-running proxy's memory, and the garbage collector's pauses, do not grow with every
+session it has seen."""
 REFRESH_INTERVAL_S = 0.5
 IDLE_REFRESH_S = 0.05
 SETTLE_S = 1.0
@@ -66,7 +75,8 @@ class Recorder:
     def __init__(self, store: Store, harness: str = "proxy") -> None:
         self.store = store
         self.harness = harness
-        self.sessions: dict[str, SessionState] = {}
+        self.sessions: OrderedDict[str, SessionState] = OrderedDict()
+        """Least recently called first."""
         self._dirty: dict[str, SessionState] = {}
         self._assembled: dict[str, int] = {}
         self._refreshed_at = self._busy_at = time.monotonic()
@@ -121,14 +131,19 @@ class Recorder:
             self.repair()
         except Exception:  # serving goes on; the sessions re-assemble when next called
             log.exception("could not repair the proxy sessions of %s", self.store.path)
+        collected = True
         while True:
-            wait = IDLE_REFRESH_S if self._dirty else None
+            wait = IDLE_REFRESH_S if self._dirty or not collected else None
             try:
                 first = self._queue.get(timeout=wait)
             except queue.Empty:
-                self._refresh(everything=time.monotonic() - self._busy_at >= SETTLE_S)
+                settled = time.monotonic() - self._busy_at >= SETTLE_S
+                self._refresh(everything=settled)
+                if settled and not collected:
+                    gc.collect()  # while idle, so that a full collection does not pause calls
+                    collected = True
                 continue
-            self._busy_at = time.monotonic()
+            self._busy_at, collected = time.monotonic(), False
             batch = [first]
             while batch[-1] is not None and len(batch) < MAX_BATCH:
                 try:
@@ -173,8 +188,11 @@ class Recorder:
         """Store the trajectories of the sessions that grew enough (or of all, `everything`)."""
         self._refreshed_at = time.monotonic()
         due = [s for s in self._dirty.values() if everything or self._grew(s)]
-        if not due:
-            return
+        if due:
+            self._assemble(due)
+        self._forget_stored_sessions()
+
+    def _assemble(self, due: list[SessionState]) -> None:
         for state in due:
             del self._dirty[state.name]
         try:
@@ -184,9 +202,11 @@ class Recorder:
                     trajectory = state.stored_trajectory()
                     self.store.put(trajectory)
                     state.written_outcome = trajectory.outcome
-                    self._assembled[state.name] = state.next_seq
         except Exception:  # the calls are safe in proxy_calls; repair() assembles them later
             log.exception("could not assemble sessions %s", sorted(s.name for s in due))
+            return
+        for state in due:
+            self._assembled[state.name] = state.next_seq
 
     def _keep_outcome_set_elsewhere(self, state: SessionState) -> None:
         """Adopt an outcome another process stored since this recorder last wrote it."""
@@ -251,9 +271,21 @@ class Recorder:
         insert_proxy_call(self.store, row)
         return seq
 
+    def _forget_stored_sessions(self) -> None:
+        """Drop the least recently called sessions past `SESSIONS_IN_MEMORY`, those whose
+        every call is in their stored trajectory."""
+        excess = len(self.sessions) - SESSIONS_IN_MEMORY
+        for name in list(self.sessions)[: max(0, excess)]:
+            state = self.sessions[name]
+            if name not in self._dirty and self._assembled.get(name) == state.next_seq:
+                del self.sessions[name]
+                del self._assembled[name]
+
     def _state(self, session: str) -> SessionState:
         state = self.sessions.get(session)
-        if state is None:
+        if state is not None:
+            self.sessions.move_to_end(session)
+        else:
             state = SessionState(name=session, harness=self.harness)
             for doc in session_call_documents(self.store, session):
                 state.add(loaded_call(CapturedCall.model_validate_json(doc), state.last))
