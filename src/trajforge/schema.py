@@ -228,9 +228,12 @@ class PromptPrefixes:
         self.shared: list[int] = []
         self._base: list[int] | None = None
 
-    def add(self, call: LLMCall) -> None:
+    def add(self, call: LLMCall, shared: int | None = None) -> None:
+        """Count `call`'s shared prompt ids, unless the caller counted them (`shared`)."""
         ids, base = call.prompt_token_ids, self._base
-        self.shared.append(common_prefix_length(base, ids) if base and ids else 0)
+        if shared is None:
+            shared = common_prefix_length(base, ids) if base and ids else 0
+        self.shared.append(shared)
         self._base = _token_base(call) or base
 
 

@@ -122,9 +122,13 @@ def _chat_messages(call: CapturedCall | None) -> list | None:
     return messages if isinstance(messages, list) else None
 
 
-def stored_call(call: CapturedCall, previous: CapturedCall | None) -> CapturedCall:
+def stored_call(
+    call: CapturedCall, previous: CapturedCall | None, prompt_ids_shared: int | None = None
+) -> CapturedCall:
     """`call` as the `proxy_calls` row keeps it: what repeats `previous` (the session's call
-    before it) is kept as counts, so a row grows with the call's new messages and tokens only."""
+    before it) is kept as counts, so a row grows with the call's new messages and tokens only.
+    `prompt_ids_shared`: how many prompt ids repeat `previous`'s prompt + completion ids,
+    when the caller has counted them."""
     update: dict = {}
     base, messages = _chat_messages(previous), _chat_messages(call)
     if base and messages:
@@ -132,12 +136,14 @@ def stored_call(call: CapturedCall, previous: CapturedCall | None) -> CapturedCa
         if kept:
             update["request"] = {**call.request, "messages": messages[kept:]}
             update["messages_kept"] = kept
-    ids_base = _token_base(previous)
-    if ids_base and call.prompt_token_ids:
-        kept = common_prefix_length(ids_base, call.prompt_token_ids)
-        if kept:
-            update["prompt_token_ids"] = call.prompt_token_ids[kept:]
-            update["prompt_ids_kept"] = kept
+    ids_kept = prompt_ids_shared
+    if ids_kept is None:
+        ids_base = _token_base(previous)
+        ids = call.prompt_token_ids
+        ids_kept = common_prefix_length(ids_base, ids) if ids_base and ids else 0
+    if ids_kept and call.prompt_token_ids:
+        update["prompt_token_ids"] = call.prompt_token_ids[ids_kept:]
+        update["prompt_ids_kept"] = ids_kept
     update |= _without_prompt_ids(call)
     return call.model_copy(update=update) if update else call
 

@@ -253,9 +253,10 @@ class Recorder:
         return None
 
     def _insert(self, state: SessionState, call: CapturedCall) -> int:
-        seq = state.next_seq
-        document = stored_call(call, state.last).model_dump_json().encode()
+        seq, previous = state.next_seq, state.last
         llm_call = state.add(call)
+        stored = stored_call(call, previous, state.prompt_ids_shared)
+        document = stored.model_dump_json().encode()
         row = ProxyCallRow(
             session=state.name,
             seq=seq,

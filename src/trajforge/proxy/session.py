@@ -108,6 +108,13 @@ class SessionState:
     prompt repeats them, so a call normalizes only its new messages)."""
     prompt_prefixes: PromptPrefixes = field(default_factory=PromptPrefixes)
     """Each call's prompt ids that repeat the calls before it, counted once as it is added."""
+    tokens_of_last_call: bool = False
+    """Whether `previous_tokens` are the previous call's prompt + completion ids (then the
+    drift audit's count of shared prompt ids is also the count the stored forms need)."""
+    prompt_ids_shared: int | None = None
+    """How many of the last added call's prompt ids repeat the previous call's prompt +
+    completion ids, when the drift audit counted them (a session's prompts can hold
+    hundreds of thousands of ids: each comparison is made once)."""
 
     @property
     def next_seq(self) -> int:
@@ -131,9 +138,12 @@ class SessionState:
         if side:
             call.extra["side_call"] = True
         self.calls.append(call)
-        self.prompt_prefixes.add(call)
+        counted = not side and self.tokens_of_last_call and bool(captured.prompt_token_ids)
+        self.prompt_ids_shared = drift.common_prefix_tokens if counted else None
+        self.prompt_prefixes.add(call, self.prompt_ids_shared)
         self.answers.append(normalize_message(answer) if answer else None)
         self.last = captured
+        self.tokens_of_last_call = False
         if side:
             return call
         self.main = captured
@@ -154,6 +164,7 @@ class SessionState:
         if answer is not None:
             self.previous_messages = [*normalized, normalize_message(answer)]
             self.previous_tokens = _expected_tokens(captured)
+            self.tokens_of_last_call = bool(self.previous_tokens and captured.prompt_token_ids)
         return call
 
     def _is_side_call(self, captured: CapturedCall, normalized: list[tuple]) -> bool:
