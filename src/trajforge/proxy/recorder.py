@@ -8,14 +8,14 @@ least every `REFRESH_INTERVAL_S` under steady load; and then only for sessions t
 `GROWTH` (a quarter) since their last assembly, or for all once the proxy has been idle for
 `SETTLE_S` (and on flush, outcome and close); once settled, the writer also runs a full
 garbage collection, which would otherwise come in the middle of later calls and stop them all
-for as long as it takes (tens of ms with a few hundred sessions). A long session is thus re-
-assembled a logarithmic number of times, and its stored document keeps each call's new tokens
-only (`SessionState.stored_trajectory`), so the recording cost per call stays flat. A session
-met for the first time since start-up is rebuilt from its stored rows, so a restarted proxy
-continues a session where it stopped, and `repair()` re-assembles sessions whose trajectory
-missed calls (a proxy killed before its last refresh). `monitor_memory(session)` gives a
-restarted proxy's failure monitor what it knew of a session: its stop (kept on the refused
-calls) and its answers.
+for as long as it takes (tens of ms with a few hundred sessions). A long session is thus
+re-assembled a logarithmic number of times, and its stored document keeps each call's new
+tokens only (`SessionState.stored_trajectory`), so the recording cost per call stays flat. A
+session met for the first time since start-up is rebuilt from its stored rows, so a restarted
+proxy continues a session where it stopped, and `repair()` re-assembles sessions whose
+trajectory missed calls (a proxy killed before its last refresh). `monitor_memory(session)`
+gives a restarted proxy's failure monitor what it knew of a session: its stop (kept on the
+refused calls) and its answers.
 """
 
 from __future__ import annotations
