@@ -28,6 +28,12 @@ def _mixed_folder(shared_data: Path, folder: Path) -> Path:
         shutil.copytree(instance, folder / "trajs" / instance.name)
     run = Trajectory(task=Task(id="t", environment="e"), messages=[Message(role="user")])
     (folder / "zz-broken.jsonl").write_text(run.model_dump_json() + "\n{not json\n")
+    with Store(":memory:") as store:
+        import_paths(store, [str(folder / "tau_dataset_full.json")])
+        lines = [traj.model_dump_json() for traj in store.query()]
+    (folder / "exported.jsonl").write_text("\n".join(lines[:60]) + "\n\n")
+    lines[70] = "{not json"
+    (folder / "exported-broken.jsonl").write_text("\n".join(lines) + "\n")
     return folder
 
 
@@ -47,8 +53,10 @@ def _indexed(store: Store) -> list[tuple[str, str]]:
 def test_workers_import_what_this_process_would(
     shared_data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, worker_file_bytes: int
 ) -> None:
-    """With a small `WORKER_FILE_BYTES`, the bigger files are read here between the others."""
+    """With a small `WORKER_FILE_BYTES`, the bigger files are read here between the others,
+    or, for JSONL, in parts by the workers (a bad line in a late part fails the file)."""
     monkeypatch.setattr(pipeline, "WORKER_FILE_BYTES", worker_file_bytes)
+    monkeypatch.setattr(pipeline, "PART_BYTES", 60_000)
     folder = _mixed_folder(shared_data, tmp_path / "runs")
     results = {}
     for workers in (0, 2):
@@ -57,7 +65,9 @@ def test_workers_import_what_this_process_would(
             results[workers] = (report.model_dump(), _stored(store), _indexed(store))
     assert results[2] == results[0]
     report, stored, _ = results[2]
-    assert [f["error"] is not None for f in report["files"]].count(True) == 1
+    failed = {Path(f["path"]).name: f["error"] for f in report["files"] if f["error"]}
+    assert sorted(failed) == ["exported-broken.jsonl", "zz-broken.jsonl"]
+    assert "[record line 71]" in failed["exported-broken.jsonl"]
     assert len(stored) == 100 + 3 + 3
 
 

@@ -6,6 +6,7 @@ import gzip
 import io
 from collections.abc import Iterator
 from pathlib import Path
+from typing import NamedTuple
 
 import orjson
 
@@ -44,16 +45,55 @@ def load_json_records(path: Path) -> object:
     return load_json(path)
 
 
-def iter_jsonl(path: Path) -> Iterator[tuple[int, object]]:
-    """(line number, parsed object) for each non-empty line of a JSONL file."""
-    number = 0
+class LineRange(NamedTuple):
+    """Whole lines of a file: its bytes from `start` up to `stop` (None: to the end), the
+    first of them numbered `first_line`."""
+
+    start: int = 0
+    stop: int | None = None
+    first_line: int = 1
+
+
+WHOLE_FILE = LineRange()
+
+
+def iter_jsonl(path: Path, lines: LineRange = WHOLE_FILE) -> Iterator[tuple[int, object]]:
+    """(line number, parsed object) for each non-empty line of a JSONL file (of `lines` of it)."""
+    number = lines.first_line - 1
+    left = None if lines.stop is None else lines.stop - lines.start
     with open_binary(path) as handle:
         try:
-            for number, line in enumerate(handle, start=1):
+            handle.seek(lines.start)
+            for number, line in enumerate(handle, start=lines.first_line):
+                if left is not None:
+                    if left <= 0:
+                        break
+                    left -= len(line)
                 if line.strip():
                     yield number, _parse_line(path, number, line)
         except (OSError, EOFError) as exc:
             raise InputError(str(path), f"cannot read file: {exc}", f"line {number + 1}") from exc
+
+
+def line_ranges(path: Path, size: int) -> list[LineRange]:
+    """A file cut into ranges of whole lines of at least `size` bytes (the last may be
+    shorter; one range for an empty file). Reads the file once, counting lines at C speed."""
+    ranges: list[LineRange] = []
+    start, first_line = 0, 1  # where the current range begins, and its first line's number
+    position, newlines = 0, 0  # the block's offset in the file, and the newlines before it
+    with path.open("rb") as handle:
+        while block := handle.read(size):
+            reach = start + size - 1 - position  # where in the block the range reaches `size`
+            cut = block.find(b"\n", max(0, reach)) if reach < len(block) else -1
+            if cut >= 0:
+                end = position + cut + 1
+                ranges.append(LineRange(start, end, first_line))
+                start, first_line = end, newlines + block.count(b"\n", 0, cut + 1) + 1
+            newlines += block.count(b"\n")
+            position += len(block)
+    if start < position or not ranges:
+        ranges.append(LineRange(start, None, first_line))
+    return ranges
 
 
 def _parse_line(path: Path, number: int, line: bytes) -> object:

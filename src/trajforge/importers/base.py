@@ -5,13 +5,15 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import orjson
 from pydantic import ValidationError
 
 from trajforge.errors import InputError, UserError, first_error
 from trajforge.jsonfile import (  # noqa: F401 (re-exported for importers)
+    WHOLE_FILE,
+    LineRange,
     base_name,
     iter_jsonl,
     load_json,
@@ -40,6 +42,14 @@ class Importer(Protocol):
     def read(self, path: Path) -> Iterator[Trajectory]: ...
 
     def sidecars(self, path: Path) -> list[Path]: ...
+
+
+@runtime_checkable
+class ReadsLineRanges(Protocol):
+    """An importer of one run per line that reads part of a file (`iter_jsonl(path,
+    lines)`), so that workers can share a big file."""
+
+    def read_lines(self, path: Path, lines: LineRange) -> Iterator[Trajectory]: ...
 
 
 def read_head(path: Path, size: int = HEAD_BYTES) -> bytes:

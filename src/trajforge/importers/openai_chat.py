@@ -19,7 +19,13 @@ from typing import Any
 import orjson
 
 from trajforge.errors import InputError
-from trajforge.importers.base import first_line_has_keys, iter_jsonl, record_problem
+from trajforge.importers.base import (
+    WHOLE_FILE,
+    LineRange,
+    first_line_has_keys,
+    iter_jsonl,
+    record_problem,
+)
 from trajforge.openai_wire import to_message
 from trajforge.schema import Message, Outcome, Source, Task, Trajectory
 
@@ -36,7 +42,10 @@ class OpenAIChatImporter:
         )
 
     def read(self, path: Path) -> Iterator[Trajectory]:
-        for number, record in iter_jsonl(path):
+        return self.read_lines(path, WHOLE_FILE)
+
+    def read_lines(self, path: Path, lines: LineRange) -> Iterator[Trajectory]:
+        for number, record in iter_jsonl(path, lines):
             try:
                 yield _to_trajectory(record, path)
             except (ValueError, KeyError, TypeError, AttributeError) as exc:

@@ -5,18 +5,27 @@ from __future__ import annotations
 import glob
 import os
 import stat
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Executor, Future
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 from pathlib import Path
+from typing import NamedTuple
 
 from pydantic import BaseModel, Field
 from pydantic_core import PydanticSerializationError
 
 from trajforge.errors import InputError, UserError
-from trajforge.importers.base import Importer, data_size
+from trajforge.importers.base import (
+    WHOLE_FILE,
+    Importer,
+    LineRange,
+    ReadsLineRanges,
+    data_size,
+)
 from trajforge.importers.registry import detect_format, require_format
+from trajforge.jsonfile import line_ranges
 from trajforge.processes import ignore_interrupts, usable_cores, worker_pool
 from trajforge.schema import Trajectory
 from trajforge.store import EncodedTrajectory, Store, encode
@@ -186,11 +195,14 @@ MAX_READERS = 4
 READ_AHEAD_BYTES = 64_000_000
 """How far (in bytes of files) the workers may read ahead of the writer; bounds memory."""
 WORKER_FILE_BYTES = 32_000_000
-"""A file with more content (decompressed) is read in this process while it is stored, run
-by run, never held whole."""
+"""A file with more content (decompressed) is read in parts of `PART_BYTES` by the workers
+when its format has a run per line (`ReadsLineRanges`), else in this process while it is
+stored, run by run; it is never held whole."""
+PART_BYTES = 8_000_000
 
 _Runs = Iterable[EncodedTrajectory] | str
 """A file's encoded runs, or why the file cannot be imported."""
+_Read = list[EncodedTrajectory] | str
 
 
 def import_jobs(
@@ -240,33 +252,105 @@ def _read_ahead(
     """Each job's runs in job order: read here as they are stored, or by `workers` processes
     ahead of time (pending reads are cancelled when the import stops early)."""
     if workers < 1:
-        yield (_encoded_runs(path, imp, overrides) for path, imp in jobs)
+        yield (_encoded_runs(path, imp.read(path), overrides) for path, imp in jobs)
         return
     with worker_pool(workers, initializer=ignore_interrupts) as pool:
-        yield _read_in_workers(pool, jobs, sizes, overrides)
+        yield _ReadAhead(pool, jobs, sizes, overrides).runs_of_files()
 
 
-def _read_in_workers(
-    pool: Executor, jobs: list[tuple[Path, Importer]], sizes: list[int], overrides: SourceOverrides
-) -> Iterator[_Runs]:
-    futures: dict[int, Future[list[EncodedTrajectory] | str]] = {}
-    submitted = held = 0  # jobs looked at so far; bytes of files read ahead and not yet taken
-    for index, (path, imp) in enumerate(jobs):
-        while submitted < len(jobs) and (submitted <= index or held < READ_AHEAD_BYTES):
-            if sizes[submitted] <= WORKER_FILE_BYTES:
-                ahead_path, ahead_imp = jobs[submitted]
-                futures[submitted] = pool.submit(_read_whole, ahead_path, ahead_imp, overrides)
-                held += sizes[submitted]
-            submitted += 1
-        future = futures.pop(index, None)
-        if future is None:
-            yield _encoded_runs(path, imp, overrides)
+class _Piece(NamedTuple):
+    """What one worker task reads: a whole file (`lines` None) or a range of its lines; or,
+    `here`, a file this process reads itself while storing it."""
+
+    job: int
+    lines: LineRange | None
+    size: int
+    here: bool = False
+
+
+def _pieces(jobs: list[tuple[Path, Importer]], sizes: list[int]) -> Iterator[_Piece]:
+    for index, ((path, imp), size) in enumerate(zip(jobs, sizes, strict=True)):
+        if size <= WORKER_FILE_BYTES:
+            yield _Piece(index, None, size)
+        elif isinstance(imp, ReadsLineRanges) and path.suffix != ".gz":
+            for lines in _line_ranges(path):
+                yield _Piece(index, lines, (lines.stop or size) - lines.start)
         else:
-            held -= sizes[index]
-            yield _result(future, path)
+            yield _Piece(index, None, 0, here=True)
 
 
-def _result(future: Future[list[EncodedTrajectory] | str], path: Path) -> _Runs:
+def _line_ranges(path: Path) -> list[LineRange]:
+    try:
+        return line_ranges(path, PART_BYTES)
+    except OSError:
+        return [WHOLE_FILE]  # reading it will report why
+
+
+class _ReadAhead:
+    """Pieces of the files handed to the workers in file order, at most `READ_AHEAD_BYTES`
+    ahead of the file being stored."""
+
+    def __init__(
+        self,
+        pool: Executor,
+        jobs: list[tuple[Path, Importer]],
+        sizes: list[int],
+        overrides: SourceOverrides,
+    ) -> None:
+        self.pool, self.jobs, self.overrides = pool, jobs, overrides
+        self.pieces = _pieces(jobs, sizes)
+        self.queued: deque[tuple[_Piece, Future[_Read] | None]] = deque()
+        self.held = 0
+
+    def runs_of_files(self) -> Iterator[_Runs]:
+        for index, (path, imp) in enumerate(self.jobs):
+            piece, future = self._next_piece(index)
+            if future is None:
+                yield _encoded_runs(path, imp.read(path), self.overrides)
+            elif piece.lines is None:
+                yield _result(future, path)
+            else:
+                yield self._parts(index, future, path)
+
+    def _parts(self, index: int, future: Future[_Read], path: Path) -> Iterator[EncodedTrajectory]:
+        """The runs of a file read in parts; a part that fails fails the file."""
+        while True:
+            runs = _result(future, path)
+            if isinstance(runs, str):
+                raise UserError(runs)
+            yield from runs
+            self._fill()
+            if not self.queued or self.queued[0][0].job != index:
+                return
+            _, next_future = self._next_piece(index)
+            assert next_future is not None  # parts are read by the workers
+            future = next_future
+
+    def _next_piece(self, index: int) -> tuple[_Piece, Future[_Read] | None]:
+        """The next piece of file `index` (parts left of a file that failed are dropped)."""
+        while True:
+            self._fill()
+            piece, future = self.queued.popleft()
+            self.held -= piece.size
+            if piece.job == index:
+                return piece, future
+            if future is not None:
+                future.cancel()
+
+    def _fill(self) -> None:
+        while not self.queued or self.held < READ_AHEAD_BYTES:
+            piece = next(self.pieces, None)
+            if piece is None:
+                return
+            future = None
+            if not piece.here:
+                path, imp = self.jobs[piece.job]
+                future = self.pool.submit(_read_piece, path, imp, piece.lines, self.overrides)
+            self.queued.append((piece, future))
+            self.held += piece.size
+
+
+def _result(future: Future[_Read], path: Path) -> _Runs:
     try:
         return future.result()
     except BrokenProcessPool as exc:
@@ -277,20 +361,26 @@ def _result(future: Future[list[EncodedTrajectory] | str], path: Path) -> _Runs:
         ) from None
 
 
-def _read_whole(
-    path: Path, imp: Importer, overrides: SourceOverrides
-) -> list[EncodedTrajectory] | str:
-    """Every run of one file, encoded, or why the file cannot be imported (in a worker)."""
+def _read_piece(
+    path: Path, imp: Importer, lines: LineRange | None, overrides: SourceOverrides
+) -> _Read:
+    """Every run of a file (or of a range of its lines), encoded, or why the file cannot be
+    imported (in a worker)."""
+    if lines is None:
+        trajs = imp.read(path)
+    else:
+        assert isinstance(imp, ReadsLineRanges)
+        trajs = imp.read_lines(path, lines)
     try:
-        return list(_encoded_runs(path, imp, overrides))
+        return list(_encoded_runs(path, trajs, overrides))
     except UserError as exc:
         return str(exc)
 
 
 def _encoded_runs(
-    path: Path, imp: Importer, overrides: SourceOverrides
+    path: Path, trajs: Iterable[Trajectory], overrides: SourceOverrides
 ) -> Iterator[EncodedTrajectory]:
-    runs = _Counted(overrides.apply(imp.read(path)))
+    runs = _Counted(overrides.apply(trajs))
     try:
         for traj in runs:
             yield encode(traj)

@@ -13,7 +13,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from trajforge.errors import InputError
-from trajforge.importers.base import first_line_has_keys, iter_jsonl
+from trajforge.importers.base import WHOLE_FILE, LineRange, first_line_has_keys, iter_jsonl
 from trajforge.schema import FORMAT_VERSION, Trajectory
 from trajforge.store.lines import LineError, document_of_line
 
@@ -26,7 +26,10 @@ class TrajforgeJsonlImporter:
         return first_line_has_keys(head, "format_version", "task")
 
     def read(self, path: Path) -> Iterator[Trajectory]:
-        for number, record in iter_jsonl(path):
+        return self.read_lines(path, WHOLE_FILE)
+
+    def read_lines(self, path: Path, lines: LineRange) -> Iterator[Trajectory]:
+        for number, record in iter_jsonl(path, lines):
             yield _validate(path, number, record)
 
     def sidecars(self, path: Path) -> list[Path]:
