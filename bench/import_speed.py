@@ -22,8 +22,8 @@ writes out a segment at every savepoint, which cost more than the indexing itsel
 file was its own), and an empty store is filled through a rollback journal, so each page is
 written once instead of to the write-ahead log and again at the checkpoint. Files are read,
 validated and serialized by worker processes (one per core but one) while the main process
-writes the store (`--workers 0` reads everything in the main process): on 2 cores 1.22-1.29
-s instead of 1.6-1.7 s wall (5.4-5.9x instead of 7.1-7.5x), at more CPU in all (8.3-9.1x
+writes the store (`--workers 0` reads everything in the main process): on 2 cores 1.09-1.1 s
+instead of 1.5-1.7 s wall (5.0-5.1x instead of 7.1-7.5x), at more CPU in all (7.8-8.1x
 instead of 6.5-7.0x) since the encoded runs (about 130 MB for 99 MB of files) are pickled
 and sent through a pipe. The main process is then the limit: SQLite takes about 0.85 s of it
 (the full-text index 0.5-0.6 s, rows 0.26 s), receiving the runs 0.12 s and format detection
