@@ -368,26 +368,29 @@ def _read_piece(
     """Every run of a file (or of a range of its lines), encoded, or why the file cannot be
     imported (in a worker)."""
     if lines is None:
-        trajs = imp.read(path)
+        trajs, first = imp.read(path), ""
     else:
         assert isinstance(imp, ReadsLineRanges)
-        trajs = imp.read_lines(path, lines)
+        trajs, first = imp.read_lines(path, lines), f"from line {lines.first_line}, run "
     try:
-        return list(_encoded_runs(path, trajs, overrides))
+        return list(_encoded_runs(path, trajs, overrides, first))
     except UserError as exc:
         return str(exc)
 
 
 def _encoded_runs(
-    path: Path, trajs: Iterable[Trajectory], overrides: SourceOverrides
+    path: Path, trajs: Iterable[Trajectory], overrides: SourceOverrides, first: str = ""
 ) -> Iterator[EncodedTrajectory]:
+    """The runs encoded; a run too deeply nested to store is named by its index (`first`:
+    where the runs start, when they are a part of the file)."""
     runs = _Counted(overrides.apply(trajs))
     try:
         for traj in runs:
             yield encode(traj)
     except (PydanticSerializationError, RecursionError):
         problem = "cannot store the run: a value is nested too deeply"
-        raise InputError(str(path), problem, runs.count - 1) from None
+        record = f"{first}{runs.count - 1}" if first else runs.count - 1
+        raise InputError(str(path), problem, record) from None
 
 
 def _store_file(store: Store, path: Path, imp: Importer, runs: _Runs) -> FileResult:
