@@ -19,7 +19,8 @@ from trajforge.store import Store
 
 
 def _mixed_folder(shared_data: Path, folder: Path) -> Path:
-    """Real runs of three formats, a file that fails half-way and one that is not JSON."""
+    """Real runs of three formats; JSONL exports of some (the same runs again), one of them
+    with a bad line late in the file; and a small JSONL file that fails half-way."""
     folder.mkdir()
     shutil.copy(shared_data / "agentrx" / "tau-retail" / "tau_dataset_full.json", folder)
     shutil.copytree(shared_data / "who-and-when" / "Hand-Crafted-sample", folder / "who")
