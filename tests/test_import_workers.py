@@ -107,3 +107,16 @@ def test_a_dead_worker_stops_the_import_with_what_to_do(shared_data: Path, tmp_p
         assert store.count() == 0
         report = pipeline.import_jobs(store, jobs, pipeline.ImportReport(), workers=0)
         assert (report.added, store.count()) == (3, 3)
+
+
+def test_workers_start_only_where_they_can_share_the_reading(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(pipeline, "usable_cores", lambda: 8)
+    big, small = pipeline.WORKER_FILE_BYTES + 1, pipeline.PARALLEL_MIN_BYTES // 4
+    assert pipeline.default_readers([big]) == pipeline.MAX_READERS  # read in parts
+    assert pipeline.default_readers([small] * 8) == pipeline.MAX_READERS
+    assert pipeline.default_readers([pipeline.PARALLEL_MIN_BYTES]) == 0  # one file, read whole
+    assert pipeline.default_readers([small, small]) == 0  # too little to read
+    monkeypatch.setattr(pipeline, "usable_cores", lambda: 1)
+    assert pipeline.default_readers([big, big]) == 0

@@ -240,8 +240,10 @@ def import_jobs(
 
 
 def default_readers(sizes: list[int]) -> int:
-    """Reading workers for files of these sizes: none for a small import or a single core."""
-    if len(sizes) < 2 or sum(sizes) < PARALLEL_MIN_BYTES:
+    """Reading workers for files of these sizes: none for a small import, a single file
+    that is read whole anyway, or a single core."""
+    shared = len(sizes) > 1 or (bool(sizes) and sizes[0] > WORKER_FILE_BYTES)
+    if not shared or sum(sizes) < PARALLEL_MIN_BYTES:
         return 0
     return max(0, min(MAX_READERS, usable_cores() - 1))
 
