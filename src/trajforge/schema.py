@@ -228,13 +228,16 @@ class PromptPrefixes:
         self.shared: list[int] = []
         self._base: list[int] | None = None
 
-    def add(self, call: LLMCall, shared: int | None = None) -> None:
-        """Count `call`'s shared prompt ids, unless the caller counted them (`shared`)."""
+    def add(
+        self, call: LLMCall, shared: int | None = None, tokens: list[int] | None = None
+    ) -> None:
+        """Count `call`'s shared prompt ids, unless the caller counted them (`shared`);
+        `tokens`: the call's prompt + completion ids, when the caller has joined them."""
         ids, base = call.prompt_token_ids, self._base
         if shared is None:
             shared = common_prefix_length(base, ids) if base and ids else 0
         self.shared.append(shared)
-        self._base = _token_base(call) or base
+        self._base = (_token_base(call) if tokens is None else tokens) or base
 
 
 def compact_llm_calls(calls: list[LLMCall], shared: list[int] | None = None) -> list[LLMCall]:

@@ -140,7 +140,8 @@ class SessionState:
         self.calls.append(call)
         counted = not side and self.tokens_of_last_call and bool(captured.prompt_token_ids)
         self.prompt_ids_shared = drift.common_prefix_tokens if counted else None
-        self.prompt_prefixes.add(call, self.prompt_ids_shared)
+        tokens = _expected_tokens(captured)  # prompt + completion ids, joined once
+        self.prompt_prefixes.add(call, self.prompt_ids_shared, tokens)
         self.answers.append(normalize_message(answer) if answer else None)
         self.last = captured
         self.tokens_of_last_call = False
@@ -163,7 +164,7 @@ class SessionState:
             )
         if answer is not None:
             self.previous_messages = [*normalized, normalize_message(answer)]
-            self.previous_tokens = _expected_tokens(captured)
+            self.previous_tokens = tokens
             self.tokens_of_last_call = bool(self.previous_tokens and captured.prompt_token_ids)
         return call
 
