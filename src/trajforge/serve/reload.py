@@ -29,7 +29,7 @@ def codec_identity(student: Student) -> str:
     """A short fingerprint of the student's tokenizer and chat template."""
     import hashlib
 
-    blob = orjson.dumps(student.manifest["codec"], option=orjson.OPT_SORT_KEYS)
+    blob = orjson.dumps(student.codec.to_json(), option=orjson.OPT_SORT_KEYS)
     return hashlib.sha256(blob).hexdigest()[:16]
 
 

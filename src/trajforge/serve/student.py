@@ -1,6 +1,7 @@
 """A trained student checkpoint: load it, generate for many chats at once, act as a chat model.
 
-A checkpoint is a directory written by `trajforge train sft`:
+A checkpoint is a directory written by `trajforge train sft` (a pretrained model's name, GGUF
+file or Hugging Face directory is loaded the same way, with its own tokenizer and template):
 
     trajforge.json   codec (the tiny preset's vocabulary, or "hf"), training manifest
     model/           the causal LM (`save_pretrained` form); an HF codec's tokenizer too
@@ -23,10 +24,13 @@ from typing import Any
 import orjson
 
 from trajforge.errors import UserError
+from trajforge.models.smollm import is_pretrained, resolve_model
 from trajforge.serve.codec import Codec, CompactCodec, HFCodec
 
 MANIFEST = "trajforge.json"
 MODEL_DIR = "model"
+BASE_CONTEXT = 2048
+"""Longest sequence (tokens) a pretrained model is served with when it is not a checkpoint."""
 
 
 @dataclass
@@ -49,22 +53,33 @@ def read_manifest(path: Path) -> dict[str, Any]:
         raise UserError(f"{manifest}: not valid JSON ({exc})") from None
 
 
-def load_codec(path: Path, manifest: dict[str, Any]) -> Codec:
+def load_codec(model_dir: Path, manifest: dict[str, Any]) -> Codec:
     if manifest["codec"]["kind"] == "compact":
         return CompactCodec(manifest["codec"]["vocab"])
     from transformers import AutoTokenizer
 
-    return HFCodec(AutoTokenizer.from_pretrained(path / MODEL_DIR))
+    return HFCodec(AutoTokenizer.from_pretrained(model_dir), manifest["codec"].get("tools"))
+
+
+def locate(spec: Path | str) -> tuple[Path, dict[str, Any], Path]:
+    """(path, manifest, model directory) of a checkpoint, or of a pretrained model given by
+    name, GGUF file or Hugging Face directory (`trajforge.models.smollm.resolve_model`)."""
+    path = Path(spec)
+    if (path / MANIFEST).is_file() or not is_pretrained(str(spec)):
+        return path, read_manifest(path), path / MODEL_DIR
+    model_dir = resolve_model(str(spec))
+    manifest = {"name": path.name, "base": str(spec), "codec": {"kind": "hf"},
+                "max_context": BASE_CONTEXT}  # fmt: skip
+    return model_dir, manifest, model_dir
 
 
 class Student:
     """A loaded checkpoint (see module docstring)."""
 
-    def __init__(self, path: Path, model: Any = None, codec: Codec | None = None) -> None:
-        self.path = Path(path)
-        self.manifest = read_manifest(self.path)
-        self.codec = codec or load_codec(self.path, self.manifest)
-        self.model = model if model is not None else _load_model(self.path / MODEL_DIR)
+    def __init__(self, path: Path | str, model: Any = None, codec: Codec | None = None) -> None:
+        self.path, self.manifest, model_dir = locate(path)
+        self.codec = codec or load_codec(model_dir, self.manifest)
+        self.model = model if model is not None else _load_model(model_dir)
         self.model.eval()
         self.name = self.manifest.get("name") or self.path.name
         self.max_context = int(self.manifest.get("max_context", 1024))
