@@ -26,6 +26,7 @@ from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import Response, StreamingResponse
 
 from trajforge.models.mock_answers import Answer, chat_body, chat_chunks
+from trajforge.models.tool_text import CALL_OPEN
 from trajforge.serve.student import Student, answer_message, finish_reason
 
 DEFAULT_MAX_TOKENS = 48
@@ -136,7 +137,9 @@ class StudentApp:
     def _answer(self, item: _Pending, gen) -> Answer:
         answer_id = f"chatcmpl-student-{next(self._ids)}"
         tools = item.body.get("tools") or []
-        message = answer_message(self.student.codec, gen, tools, answer_id)
+        codec = self.student.codec
+        message = answer_message(codec, gen, tools, answer_id)
+        pieces = codec.pieces(gen.token_ids)
         return Answer(
             id=answer_id,
             model=str(item.body.get("model") or self.student.name),
@@ -145,14 +148,18 @@ class StudentApp:
             prompt_ids=gen.prompt_ids,
             token_ids=gen.token_ids,
             logprobs=gen.logprobs,
-            pieces=self.student.codec.pieces(gen.token_ids),
-            content_tokens=_content_tokens(self.student.codec.pieces(gen.token_ids)),
+            pieces=pieces,
+            content_tokens=_content_tokens(pieces, codec.pieces([codec.eos_id])[0]),
         )
 
 
-def _content_tokens(pieces: list[str]) -> int:
-    """Tokens before the first tool call marker (streamed as content deltas)."""
+def _content_tokens(pieces: list[str], eos_piece: str) -> int:
+    """Tokens before the first tool call (a compact `<|call|>`, or where a `<tool_call>` tag
+    starts) and the end of turn: what is streamed as content deltas."""
+    cut = "".join(pieces).find(CALL_OPEN)
+    length = 0
     for position, piece in enumerate(pieces):
-        if piece in ("<|call|>", "<|end|>"):
+        if piece in ("<|call|>", eos_piece) or 0 <= cut < length + len(piece):
             return position
+        length += len(piece)
     return len(pieces)

@@ -11,9 +11,12 @@ Two codecs, one interface:
   same in every episode of an environment and carry nothing to learn from; only guidance
   appended to one (after `## Guidance for this task`, as guided recovery writes it) is kept,
   as a `<|system|>` turn, so a model can be trained to read it.
-- `HFCodec`: any Hugging Face tokenizer with a chat template; tool calls are read back from
-  JSON objects `{"name": ..., "arguments": {...}}` in the generated text (the form most
-  tool-calling templates use, with or without `<tool_call>` tags).
+- `HFCodec`: any Hugging Face tokenizer with a chat template. When the template renders tools
+  itself (it mentions `tools`), tools are passed to it and calls are read back from JSON
+  objects `{"name": ..., "arguments": {...}}` in the generated text; otherwise (SmolLM2's
+  template) the chat is first written in the text convention of `trajforge.models.tool_text`
+  (tools in the system prompt, `<tool_call>{json}</tool_call>` lines, tool messages), and
+  generations are parsed by the same module, malformed calls listed in `tool_call_errors`.
 
 `encode(messages, tools)` returns ids and a mask that is 1 exactly on the tokens of assistant
 messages meant to be learned: an assistant message with `"weight": 0` (the OpenAI
@@ -24,9 +27,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import orjson
+
+from trajforge.models import tool_text
 
 SPECIALS = (
     "<|pad|>",
@@ -67,6 +72,10 @@ class Codec(Protocol):
 
     def pieces(self, ids: Sequence[int]) -> list[str]:
         """Text of each token."""
+        ...
+
+    def to_json(self) -> dict[str, Any]:
+        """What a checkpoint's manifest stores to rebuild (and identify) the codec."""
         ...
 
 
@@ -261,29 +270,51 @@ def _tool_call(call: dict, order: dict[str, list[str]]) -> dict[str, Any]:
 
 
 _JSON_CALL = re.compile(r"\{.*\}", re.DOTALL)
+ToolFormat = Literal["template", "text"]
+
+
+def default_tool_format(tokenizer: Any) -> ToolFormat:
+    """`template` when the chat template renders tools itself, else the `text` convention."""
+    return "template" if "tools" in str(tokenizer.chat_template or "") else "text"
+
+
+def tokenizer_fingerprint(tokenizer: Any) -> str:
+    """A short hash of a tokenizer's vocabulary, special tokens and chat template."""
+    import hashlib
+
+    vocab = sorted(tokenizer.get_vocab().items())
+    specials = [tokenizer.eos_token_id, tokenizer.pad_token_id, tokenizer.bos_token_id]
+    blob = orjson.dumps([vocab, specials, str(tokenizer.chat_template or "")])
+    return hashlib.sha256(blob).hexdigest()[:16]
 
 
 class HFCodec:
     """A Hugging Face tokenizer and its chat template (see module docstring)."""
 
-    def __init__(self, tokenizer: Any) -> None:
+    def __init__(self, tokenizer: Any, tool_format: ToolFormat | None = None) -> None:
         self.tokenizer = tokenizer
         self.eos_id = tokenizer.eos_token_id
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_id
+        self.tool_format: ToolFormat = tool_format or default_tool_format(tokenizer)
+        self.fingerprint = tokenizer_fingerprint(tokenizer)
 
     def _render(
         self, messages: Sequence[dict], tools: Sequence[dict], generation: bool
     ) -> list[int]:
-        chat = [_hf_message(m) for m in messages]
+        if self.tool_format == "text":
+            chat, given = tool_text.render_messages(messages, tools), None
+        else:
+            chat, given = [_hf_message(m) for m in messages], list(tools) or None
         ids = self.tokenizer.apply_chat_template(
-            chat, tools=list(tools) or None, tokenize=True, add_generation_prompt=generation
+            chat, tools=given, tokenize=True, add_generation_prompt=generation
         )
         return list(ids["input_ids"] if isinstance(ids, Mapping) else ids)
 
     def encode(
         self, messages: Sequence[dict], tools: Sequence[dict]
     ) -> tuple[list[int], list[int]]:
-        """Whole-chat ids; the mask marks the tokens each learned assistant turn adds."""
+        """Whole-chat ids; the mask marks the tokens each learned assistant turn adds, up to
+        and including its end-of-turn token (what the template puts after it is not learned)."""
         ids = self._render(messages, tools, generation=False)
         mask = [0] * len(ids)
         for index, message in enumerate(messages):
@@ -291,6 +322,8 @@ class HFCodec:
                 continue
             start = len(self._render(messages[:index], tools, generation=True))
             end = len(self._render(messages[: index + 1], tools, generation=False))
+            ends = [i for i in range(start, end) if ids[i] == self.eos_id]
+            end = ends[-1] + 1 if ends else end
             mask[start:end] = [1] * (end - start)
         return ids, mask
 
@@ -298,10 +331,12 @@ class HFCodec:
         return self._render(messages, tools, generation=True)
 
     def pieces(self, ids: Sequence[int]) -> list[str]:
-        return [self.tokenizer.decode([i]) for i in ids]
+        return list(self.tokenizer.batch_decode([[i] for i in ids]))
 
     def decode(self, ids: Sequence[int], tools: Sequence[dict]) -> dict[str, Any]:
         text = self.tokenizer.decode(list(ids), skip_special_tokens=True)
+        if self.tool_format == "text":
+            return _text_reply(tool_text.parse_reply(text, tools))
         calls = []
         for match in _JSON_CALL.finditer(text):
             try:
@@ -316,7 +351,16 @@ class HFCodec:
         return message
 
     def to_json(self) -> dict[str, Any]:
-        return {"kind": "hf"}
+        return {"kind": "hf", "tools": self.tool_format, "tokenizer": self.fingerprint}
+
+
+def _text_reply(parsed: tool_text.ParsedReply) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": parsed.content}
+    if parsed.calls:
+        message["tool_calls"] = parsed.calls
+    if parsed.errors:
+        message[tool_text.ERRORS_FIELD] = parsed.errors
+    return message
 
 
 def _hf_message(message: dict) -> dict:
