@@ -74,9 +74,14 @@ def sft_command(
     out: Annotated[Path, typer.Option("--out", help="Checkpoint directory to write.")],
     data: DataOption = None,
     db: DbOption = None,
-    runs: Annotated[RunFilter, Offer(without=("task",))] = RunFilter(),
+    runs: Annotated[RunFilter, Offer(without=("task", "model"))] = RunFilter(),
     base: Annotated[
-        str, typer.Option("--base", help="'tiny' (from scratch) or a Hugging Face causal LM.")
+        str,
+        typer.Option(
+            "--model",
+            "--base",
+            help="'tiny' (from scratch), smollm2-135m, a GGUF file or a Hugging Face model dir.",
+        ),
     ] = "tiny",
     steps: Annotated[int, typer.Option("--steps", min=1, help="Optimizer steps.")] = 1200,
     batch_size: Annotated[int, typer.Option("--batch-size", min=1, help="Rows per step.")] = 16,
@@ -85,6 +90,16 @@ def sft_command(
     save_every: Annotated[int, typer.Option("--save-every", help="Checkpoint interval.")] = 200,
     hidden: Annotated[int, typer.Option("--hidden", help="tiny: width.")] = 128,
     layers: Annotated[int, typer.Option("--layers", help="tiny: transformer layers.")] = 4,
+    lora_rank: Annotated[
+        int, typer.Option("--lora-rank", min=0, help="Pretrained models: LoRA rank (0: full).")
+    ] = 0,
+    bf16: Annotated[bool, typer.Option("--bf16", help="bfloat16 autocast.")] = False,
+    accumulate: Annotated[
+        int, typer.Option("--accumulate", min=1, help="Batches per optimizer step.")
+    ] = 1,
+    max_context: Annotated[
+        int, typer.Option("--max-context", min=16, help="Longest sequence (tokens).")
+    ] = 1024,
     resume: Annotated[bool, typer.Option("--resume", help="Continue from --out.")] = False,
 ) -> None:
     """Supervised fine-tuning; loss only on assistant turns meant to be learned."""
@@ -103,6 +118,10 @@ def sft_command(
         save_every=save_every,
         hidden=hidden,
         layers=layers,
+        lora_rank=lora_rank,
+        bf16=bf16,
+        accumulate=accumulate,
+        max_context=max_context,
     )
     bar = rich_progress.Progress(
         rich_progress.TextColumn("[bold]train"),
@@ -129,7 +148,12 @@ train_app.command("sft")(guarded(option_sets(sft_command)))
 
 
 def serve_command(
-    checkpoint: Annotated[Path, typer.Argument(help="Checkpoint directory (train sft --out).")],
+    checkpoint: Annotated[
+        Path,
+        typer.Argument(
+            help="Checkpoint (train sft --out), or smollm2-135m, a GGUF file, an HF model dir."
+        ),
+    ],
     port: Annotated[int, typer.Option("--port", help="Port to listen on.")] = 8002,
     host: Annotated[
         str, typer.Option("--host", help="Interface (loopback default).")
@@ -156,7 +180,7 @@ EvalModelOption = Annotated[str | None, typer.Option("--llm-model", help="llm: m
 @option_sets
 def eval_command(
     checkpoint: Annotated[
-        Path | None, typer.Option("--ckpt", help="Evaluate this checkpoint (batched, in-process).")
+        Path | None, typer.Option("--ckpt", help="Checkpoint or pretrained model (batched).")
     ] = None,
     policy: Annotated[
         str | None,

@@ -8,9 +8,12 @@ and a cosine decay to a tenth of the peak rate. Every `save_every` steps and at 
 checkpoint is written (model, optimizer and step in `state.pt`, the loss log in
 `loss.jsonl`); `resume=True` continues from it with the same data order as an unbroken run.
 
-`preset="tiny"` builds a Llama-style model from scratch (hidden 128, 4 layers, 4 heads by
-default) with a word-level vocabulary built from the rows; any other `model` is a Hugging
-Face causal LM path or name, trained with its own tokenizer and chat template.
+`model="tiny"` builds a Llama-style model from scratch (hidden 128, 4 layers, 4 heads by
+default) with a word-level vocabulary built from the rows; any other `model` is a pretrained
+causal LM (a known name such as `smollm2-135m`, a GGUF file or a Hugging Face directory),
+trained with its own tokenizer and chat template, fully or with LoRA (`lora_rank`;
+`train/hf_student.py`). `accumulate` sums the gradients of several batches per step;
+`bf16` runs forward and backward under bfloat16 autocast (fp32 master weights), on CPU too.
 """
 
 from __future__ import annotations
@@ -25,8 +28,9 @@ import orjson
 from pydantic import BaseModel, Field
 
 from trajforge.errors import UserError
-from trajforge.serve.codec import Codec, CompactCodec, HFCodec
+from trajforge.serve.codec import Codec, CompactCodec
 from trajforge.serve.student import MANIFEST, MODEL_DIR, read_manifest
+from trajforge.train import hf_student
 
 STATE_FILE = "state.pt"
 LOSS_FILE = "loss.jsonl"
@@ -36,7 +40,11 @@ Row = tuple[list[dict], list[dict]]
 class SFTConfig(BaseModel):
     """What to train and how."""
 
-    model: str = Field(default="tiny", description="'tiny' or a Hugging Face causal LM path.")
+    model: str = Field(
+        default="tiny",
+        description="'tiny', a known pretrained name (smollm2-135m), a GGUF file or a Hugging "
+        "Face model directory.",
+    )
     steps: int = Field(default=1200, ge=1, description="Optimizer steps.")
     batch_size: int = Field(default=16, ge=1, description="Rows per step.")
     lr: float = Field(default=1e-3, gt=0, description="Peak learning rate.")
@@ -49,6 +57,10 @@ class SFTConfig(BaseModel):
     layers: int = Field(default=4, description="tiny: transformer layers.")
     heads: int = Field(default=4, description="tiny: attention heads.")
     threads: int | None = Field(default=None, description="torch CPU threads (default: torch's).")
+    accumulate: int = Field(default=1, ge=1, description="Batches of gradient per optimizer step.")
+    bf16: bool = Field(default=False, description="bfloat16 autocast (on CPU too).")
+    lora_rank: int = Field(default=0, ge=0, description="Pretrained models: LoRA rank (0: full).")
+    lora_alpha: float = Field(default=32.0, gt=0, description="LoRA scale numerator.")
 
 
 Progress = Callable[[int, int, float], None]
@@ -86,9 +98,8 @@ def train_sft(
     data = encode_rows(codec, rows, config.max_context)
     if not data:
         raise UserError("no row has a turn to learn (every assistant turn has weight 0)")
-    optimizer = torch.optim.AdamW(
-        model.parameters(), lr=config.lr, weight_decay=config.weight_decay
-    )
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(trainable, lr=config.lr, weight_decay=config.weight_decay)
     generator = torch.Generator().manual_seed(config.seed)
     first = 1
     if state is not None:
@@ -102,7 +113,7 @@ def train_sft(
         rate = _rate(config, step)
         for group in optimizer.param_groups:
             group["lr"] = rate
-        loss = _step(model, optimizer, data, codec.pad_id, config.batch_size, generator)
+        loss = _step(model, optimizer, data, codec.pad_id, config, generator)
         log.add(step, loss, rate)
         if progress:
             progress(step, config.steps, loss)
@@ -111,22 +122,33 @@ def train_sft(
     return out
 
 
-def _step(model, optimizer, data, pad_id, batch_size, generator) -> float:
+def _step(model, optimizer, data, pad_id, config: SFTConfig, generator) -> float:
+    """One optimizer step over `accumulate` batches (the mean of their losses)."""
     import torch
 
-    picks = torch.randint(len(data), (batch_size,), generator=generator).tolist()
-    batch = [data[i] for i in picks]
+    optimizer.zero_grad(set_to_none=True)
+    total = 0.0
+    for _ in range(config.accumulate):
+        picks = torch.randint(len(data), (config.batch_size,), generator=generator).tolist()
+        ids, attention, labels = _batch([data[i] for i in picks], pad_id)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=config.bf16):
+            loss = model(input_ids=ids, attention_mask=attention, labels=labels).loss
+        (loss / config.accumulate).backward()
+        total += float(loss.detach())
+    torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], 1.0)
+    optimizer.step()
+    return total / config.accumulate
+
+
+def _batch(batch: list[tuple], pad_id: int) -> tuple[Any, Any, Any]:
+    """Right-padded ids, attention mask and labels (-100 off the loss mask)."""
+    import torch
+
     width = max(len(ids) for ids, _ in batch)
     ids = torch.tensor([list(i) + [pad_id] * (width - len(i)) for i, _ in batch])
     attention = torch.tensor([[1] * len(i) + [0] * (width - len(i)) for i, _ in batch])
     mask = torch.tensor([list(m) + [0] * (width - len(m)) for _, m in batch], dtype=torch.bool)
-    labels = ids.masked_fill(~mask, -100)
-    loss = model(input_ids=ids, attention_mask=attention, labels=labels).loss
-    optimizer.zero_grad(set_to_none=True)
-    loss.backward()
-    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-    optimizer.step()
-    return float(loss.detach())
+    return ids, attention, ids.masked_fill(~mask, -100)
 
 
 def _rate(config: SFTConfig, step: int) -> float:
@@ -140,6 +162,8 @@ def _start(rows: Sequence[Row], out: Path, config: SFTConfig, resuming: bool) ->
     import torch
 
     torch.manual_seed(config.seed)
+    if resuming and config.lora_rank and config.model != "tiny":
+        return hf_student.resume_lora(config, out / MODEL_DIR)
     if resuming:
         from trajforge.serve.student import Student
 
@@ -148,7 +172,7 @@ def _start(rows: Sequence[Row], out: Path, config: SFTConfig, resuming: bool) ->
     if config.model == "tiny":
         codec = CompactCodec.build(rows)
         return _tiny_model(config, len(codec.vocab)), codec
-    return _hf_model(config.model)
+    return hf_student.load_base(config)
 
 
 def _tiny_model(config: SFTConfig, vocab_size: int) -> Any:
@@ -168,19 +192,6 @@ def _tiny_model(config: SFTConfig, vocab_size: int) -> Any:
         tie_word_embeddings=True,
     )
     return LlamaForCausalLM(shape)
-
-
-def _hf_model(name: str) -> tuple[Any, Codec]:
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(name)
-        model = AutoModelForCausalLM.from_pretrained(name)
-    except (OSError, ValueError) as exc:
-        raise UserError(f"cannot load Hugging Face model '{name}': {exc}") from None
-    if not tokenizer.chat_template:
-        raise UserError(f"model '{name}': its tokenizer has no chat template")
-    return model, HFCodec(tokenizer)
 
 
 def _resume_state(out: Path) -> dict[str, Any]:
@@ -217,9 +228,7 @@ def _save(out, model, codec, config, optimizer, generator, step, info, log) -> N
     out.mkdir(parents=True, exist_ok=True)
     staging = out / f"{MODEL_DIR}.partial"
     shutil.rmtree(staging, ignore_errors=True)
-    model.save_pretrained(staging)
-    if isinstance(codec, HFCodec):
-        codec.tokenizer.save_pretrained(staging)
+    hf_student.save_weights(model, codec, staging)
     shutil.rmtree(out / MODEL_DIR, ignore_errors=True)
     staging.replace(out / MODEL_DIR)
     state = {"optimizer": optimizer.state_dict(), "generator": generator.get_state(), "step": step}
@@ -231,6 +240,7 @@ def _save(out, model, codec, config, optimizer, generator, step, info, log) -> N
         "step": step,
         "max_context": config.max_context,
         "parameters": sum(p.numel() for p in model.parameters()),
+        "trained_parameters": sum(p.numel() for p in model.parameters() if p.requires_grad),
         **info,
     }
     (out / MANIFEST).write_bytes(orjson.dumps(manifest, option=orjson.OPT_INDENT_2))

@@ -59,12 +59,13 @@ def read_run(out: Path) -> dict[str, Any]:
 
 def save_iteration(
     out: Path, iteration: int, model: Any, base_manifest: dict, state: dict, metrics: dict,
-    evaluate: Callable[[Path], dict | None] | None = None,
+    evaluate: Callable[[Path], dict | None] | None = None, tokenizer: Any = None,
 ) -> Path:  # fmt: skip
     """Write the iteration's checkpoint and metrics; returns the final directory.
 
     `evaluate` runs on the written checkpoint before it is renamed into place; what it
-    returns is stored with the metrics under `heldout`.
+    returns is stored with the metrics under `heldout`. A Hugging Face codec's `tokenizer` is
+    saved beside the weights (a compact codec lives in the manifest).
     """
     import torch
     from transformers.utils import logging
@@ -75,6 +76,8 @@ def save_iteration(
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
     model.save_pretrained(staging / MODEL_DIR)
+    if tokenizer is not None:
+        tokenizer.save_pretrained(staging / MODEL_DIR)
     manifest = {**base_manifest, "name": final.name, "rl": {"iteration": iteration}}
     (staging / MANIFEST).write_bytes(orjson.dumps(manifest, option=orjson.OPT_INDENT_2))
     torch.save(state, staging / STATE_FILE)

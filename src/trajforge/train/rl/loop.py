@@ -28,6 +28,7 @@ from trajforge.errors import UserError
 from trajforge.models.openai_compat import OpenAIModelConfig
 from trajforge.rollout.episode import Limits
 from trajforge.schema import Task
+from trajforge.serve.codec import HFCodec
 from trajforge.serve.student import Student
 from trajforge.train.evaluate import (
     HELD_OUT_START,
@@ -187,9 +188,11 @@ class _Loop:
         due = config.eval_every and (
             iteration % config.eval_every == 0 or iteration == config.iterations
         )
+        codec = self.student.codec
         path = ckpt.save_iteration(
             self.out, iteration, self.model, self.base_manifest, state, row,
             evaluate=self.evaluate if due else None,
+            tokenizer=codec.tokenizer if isinstance(codec, HFCodec) else None,
         )  # fmt: skip
         progress.record_iteration(self.out, row)
         self.report(row)
