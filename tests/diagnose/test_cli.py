@@ -175,3 +175,28 @@ def test_counterfactual_names_both_localizations(db: Path) -> None:
     assert "point of no return: message 30" in shown
     assert "first deviation: message 6 (wrong_statement" in shown
     assert "correction there: Currently, there are 10 available" in shown
+
+
+def test_trained_diagnoser_categorizes_and_verifies(db: Path, tmp_path: Path) -> None:
+    """`diagnose train` then `diagnose --method trained --model-file`: the ranker names a
+    message only; its diagnoses get the category and correction of that message (from the
+    heuristic reading of the same message, else the oracle on forkable runs), so the
+    corrections on the replayable retail failures are verified by fork. Before, every
+    category was empty and nothing was verified."""
+    copy = tmp_path / "store.db"
+    copy.write_bytes(db.read_bytes())
+    model = tmp_path / "ranker.json"
+    code, out = _invoke("diagnose", "train", "--db", str(copy), "--out", str(model))
+    assert code == 0, out
+    args = ("diagnose", "--db", str(copy), "--method", "trained", "--model-file", str(model))
+    code, out = _invoke(*args, "--env", "tau-retail", "--json")
+    assert code == 0, out
+    listed = orjson.loads(out)
+    assert len(listed) == 27
+    assert all(item["category"] and item["correction"] for item in listed)
+    assert sum(item["verified"] for item in listed) == len(listed)
+    code, out = _invoke(*args, "--env", "who-and-when", "--json")
+    listed = orjson.loads(out)
+    assert code == 0 and any(item["category"] for item in listed)
+    code, out = _invoke(*args, "--env", "tau-retail")
+    assert code == 0 and "27 corrections verified on the first proposal (100.0%)" in out

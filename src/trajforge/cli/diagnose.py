@@ -187,7 +187,7 @@ def diagnoses_table(diagnoses: list[Diagnosis]) -> Table:
             _shorten(d.correction.text()) if d.correction else "",
             "[green]yes" if d.verified else "[red]no",
             d.verification.method if d.verification else "",
-            d.method,
+            d.method + (" (abstained: prior)" if d.abstained else ""),
         )
     return table
 

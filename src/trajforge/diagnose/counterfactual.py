@@ -171,7 +171,7 @@ def _unsolvable(traj: Trajectory, first: int) -> Diagnosis:
 def _decisive(env: Environment, traj: Trajectory, index: int, values: dict[int, bool]) -> Diagnosis:
     message = traj.messages[index]
     correction = expert_action_before(env, traj, index)
-    category, why, evidence = _explain(traj, index, _as_action(correction))
+    category, why, evidence = explain_step(traj, index, as_action(correction))
     return Diagnosis(
         trajectory_id=traj.id,
         method="counterfactual",
@@ -187,7 +187,7 @@ def _decisive(env: Environment, traj: Trajectory, index: int, values: dict[int, 
     )
 
 
-def _explain(
+def explain_step(
     traj: Trajectory, index: int, intended: dict | None
 ) -> tuple[Category | None, str, list]:
     """Category, explanation and evidence for the decisive message: the gold-action reading
@@ -230,7 +230,7 @@ def _quote(message: Message) -> str:
     return excerpt(message.text(), 40)
 
 
-def _as_action(message: Message | None) -> dict | None:
+def as_action(message: Message | None) -> dict | None:
     if message is None or not message.tool_calls:
         return None
     call = message.tool_calls[0]
