@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
 
 from rich.console import Console, Group
@@ -151,3 +152,21 @@ def _deviation_lines(found) -> list[Text]:
     if found.repaired is not None:
         lines.append(Text(found.repair_detail, "green" if found.repaired else "yellow"))
     return lines
+
+
+def render_metadata_changes(console: Console, changes: list) -> None:
+    """The logged metadata changes of the run (see `trajforge set`)."""
+    if not changes:
+        return
+    lines = []
+    for c in changes:
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(c.changed_at))
+        old, new = _field_value(c.field, c.old_value), _field_value(c.field, c.new_value)
+        lines.append(Text(f"{when} UTC {c.changed_by}: {c.field} {old} -> {new} ({c.command})"))
+    console.print(Panel(Group(*lines), title="metadata changes", border_style="blue"))
+
+
+def _field_value(field: str, value: object) -> str:
+    if field == "labels" and isinstance(value, list):
+        return f"{len(value)} labels"
+    return "unknown" if value is None else str(value)
