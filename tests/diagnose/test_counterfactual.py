@@ -162,3 +162,11 @@ def test_step_budget_decides_in_a_recoverable_environment() -> None:
     deviation = diagnosis.first_deviation  # the first detour: the oracle distance rises
     assert deviation is not None and deviation.reason == "distance_increased"
     assert deviation.message_index == labelled[0] < diagnosis.step
+
+
+def test_numbers_a_message_states() -> None:
+    """List markers, ids inside words and thousands separators are read as a user would."""
+    from trajforge.diagnose.deviation import numbers_in
+
+    text = "1. **Vacuum** - $561.05\n2. order #W2378156: total $1,095.55, 5-7 days"
+    assert numbers_in(text) == ["561.05", "1095.55", "5", "7"]

@@ -10,8 +10,9 @@ have acted otherwise and the difference matters. The oracle sees it in one of tw
   agent's message than before it, or success became unreachable: a wrong write, a detour;
 - `wrong_statement`: a message to the user states a number where the task requires an answer
   (`RequiredOutputs`) that the run never states: same kind of number (same count of
-  decimals), a value that is none of the task's answers, and not read from an earlier
-  message (a number quoted from a tool result or the user is not a claim). The oracle
+  decimals, within a factor of 10), a value that is none of the task's answers, and not read
+  from an earlier message (a number quoted from a tool result or the user is not a claim);
+  of several such numbers, the one closest to the answer. The oracle
   distance cannot see this: it counts an answer as missing until it is stated, and a wrong
   answer leaves it missing. Numbers quoted
   from the wrong record (a tracking number of another order) are not caught.
@@ -26,6 +27,7 @@ outcome.
 
 from __future__ import annotations
 
+import math
 import re
 from typing import NamedTuple
 
@@ -50,6 +52,15 @@ def numbers_in(text: str) -> list[str]:
 
 def _decimals(number: str) -> int:
     return len(number.split(".", 1)[1]) if "." in number else 0
+
+
+MAGNITUDE = 10.0
+"""A stated number counts as an answer in the required one's place within this factor."""
+
+
+def _near(stated: str, required: str) -> bool:
+    a, b = float(stated), float(required)
+    return a > 0 and b > 0 and 1 / MAGNITUDE <= a / b <= MAGNITUDE
 
 
 def _is_number(text: str) -> bool:
@@ -115,19 +126,24 @@ def numeric_answers(env: Environment, traj: Trajectory) -> Answers:
 
 
 def wrong_number(traj: Trajectory, index: int, answers: Answers) -> tuple[str, str] | None:
-    """(stated, required): a number message `index` claims where an answer is required."""
+    """(stated, required): the number message `index` claims where an answer is required
+    (of several, the one closest to it)."""
     message = traj.messages[index]
-    unsaid = answers.unsaid
-    if message.tool_calls or not message.text() or not unsaid:
+    if message.tool_calls or not message.text() or not answers.unsaid:
         return None
     quoted = {n for m in traj.messages[:index] for n in numbers_in(m.text())}
-    for stated in numbers_in(message.text()):
-        if stated in quoted or float(stated) in answers.required:
-            continue
-        for required in unsaid:
-            if _decimals(stated) == _decimals(required):
-                return stated, required
-    return None
+    claims = [n for n in numbers_in(message.text()) if n not in quoted]
+    candidates = [
+        (abs(math.log(float(stated) / float(required))), stated, required)
+        for stated in claims
+        if float(stated) not in answers.required
+        for required in answers.unsaid
+        if _decimals(stated) == _decimals(required) and _near(stated, required)
+    ]
+    if not candidates:
+        return None
+    _, stated, required = min(candidates)
+    return stated, required
 
 
 def _statement_fix(message: Message, stated: str, required: str) -> Correction:
