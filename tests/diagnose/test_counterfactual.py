@@ -170,3 +170,12 @@ def test_numbers_a_message_states() -> None:
 
     text = "1. **Vacuum** - $561.05\n2. order #W2378156: total $1,095.55, 5-7 days"
     assert numbers_in(text) == ["561.05", "1095.55", "5", "7"]
+
+
+def test_a_wrong_number_is_replaced_as_written() -> None:
+    from trajforge.diagnose.deviation import corrected_statement
+    from trajforge.schema import Message
+
+    said = Message(role="assistant", content="1. Total New Price: $1,625 (was $189).")
+    fixed = corrected_statement(said, "1625", "1786")
+    assert fixed.message == "1. Total New Price: $1786 (was $189)."

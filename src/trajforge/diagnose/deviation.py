@@ -41,13 +41,22 @@ from trajforge.rollout.fork import ForkOptions, fork
 from trajforge.schema import Message, Trajectory
 
 LIST_MARKER = re.compile(r"^\s*\d+\.\s", re.MULTILINE)
-NUMBER = re.compile(r"(?<![\w.])\d[\d,]*(?:\.\d+)?(?!\w)")
+NUMBER = re.compile(r"(?<![\w.])\d(?:[\d,]*\d)?(?:\.\d+)?(?!\w)")
+
+
+def _number_spans(text: str) -> list[tuple[re.Match, str]]:
+    """(match, value with commas dropped) per number of `text`, list markers left out."""
+    markers = {m.end() for m in LIST_MARKER.finditer(text)}
+    found = []
+    for match in NUMBER.finditer(text):
+        if not any(match.start() < end <= match.end() + 2 for end in markers):
+            found.append((match, match.group().replace(",", "")))
+    return found
 
 
 def numbers_in(text: str) -> list[str]:
     """The numbers a text states, commas dropped (list markers such as `1. ` left out)."""
-    found = (n.replace(",", "") for n in NUMBER.findall(LIST_MARKER.sub(" ", text)))
-    return [n for n in found if n]
+    return [value for _, value in _number_spans(text)]
 
 
 def _decimals(number: str) -> int:
@@ -146,10 +155,13 @@ def wrong_number(traj: Trajectory, index: int, answers: Answers) -> tuple[str, s
     return stated, required
 
 
-def _statement_fix(message: Message, stated: str, required: str) -> Correction:
-    pattern = re.compile(r"(?<![\w.])" + re.escape(stated) + r"(?!\w)")
-    text = pattern.sub(required, message.text(), count=1)
-    return Correction(message=text, source="oracle")
+def corrected_statement(message: Message, stated: str, required: str) -> Correction:
+    """The message with its first `stated` number (as written) replaced by `required`."""
+    text = message.text()
+    match = next(m for m, value in _number_spans(text) if value == stated)
+    return Correction(
+        message=text[: match.start()] + required + text[match.end() :], source="oracle"
+    )
 
 
 def _increase(before: int | None, after: int | None) -> bool:
@@ -172,7 +184,7 @@ def _find(env: Environment, traj: Trajectory, until: int) -> Deviation | None:
                 reason="wrong_statement",
                 detail=f"states {stated} where the task's answer is {required}, which the run "
                 "never states",
-                correction=_statement_fix(traj.messages[index], stated, required),
+                correction=corrected_statement(traj.messages[index], stated, required),
             )
         before = distance_at(env, traj, index)
         after = distance_at(env, traj, cut_after(traj, index))
