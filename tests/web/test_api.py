@@ -125,10 +125,12 @@ def test_pages_render_for_real_runs(client: TestClient, ui_store: UiStore) -> No
 def test_fork_from_the_ui_stores_and_opens_the_child(client: TestClient, ui_store: UiStore) -> None:
     form = client.get(f"/runs/{ui_store.fork_parent}/fork", params={"at": 5}).text
     assert f"trajforge fork {ui_store.fork_parent} --at 5 --policy expert" in form
+    token = form.split('name="form_token" value="')[1].split('"')[0]
     response = client.post(
-        f"/runs/{ui_store.fork_parent}/fork", data={"at": "5", "policy": "expert"},
+        f"/runs/{ui_store.fork_parent}/fork",
+        data={"at": "5", "policy": "expert", "form_token": token},
         follow_redirects=False,
-    )  # fmt: skip
+    )
     assert response.status_code == 303
     child_id = response.headers["location"].rsplit("/", 1)[-1]
     doc = client.get(f"/api/runs/{child_id}").json()
