@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import gzip
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import orjson
@@ -153,3 +156,44 @@ def test_keys_after_a_long_first_value_are_still_detected(tmp_path: Path) -> Non
     with Store(tmp_path / "s.db") as store:
         report = import_paths(store, [str(folder)])
     assert report.added == 1 and report.not_trajectories == []
+
+
+def corrupt_gzip(source: Path, out: Path, at: float) -> Path:
+    """`source` gzipped, with bytes flipped at fraction `at` of the compressed stream (the
+    header and trailer stay valid, so the damage shows only when that block decompresses)."""
+    data = bytearray(gzip.compress(source.read_bytes()))
+    middle = 10 + int((len(data) - 18) * at)
+    for i in range(middle, middle + 16):
+        data[i] ^= 0x5A
+    out.write_bytes(bytes(data))
+    return out
+
+
+@pytest.mark.parametrize(
+    ("source", "at", "stream"),
+    [
+        (WHO, 0.1, False),  # in the head that detection reads
+        (TAU_AIRLINE, 0.8, False),  # past the head: while the whole file is parsed
+        (TAU_AIRLINE, 0.8, True),  # while the array is streamed
+        (TAU_AIRLINE, 0.1, True),
+    ],
+)
+def test_corrupt_gzip_stream_is_one_error_naming_the_file(
+    source: Path, at: float, stream: bool, tmp_path: Path
+) -> None:
+    bad = corrupt_gzip(source, tmp_path / f"{source.name}.gz", at)
+    env = {**os.environ, STREAM_THRESHOLD_ENV: "1000" if stream else str(10**12)}
+    result = subprocess.run(
+        [sys.executable, "-m", "trajforge", "import", str(bad), "--db", str(tmp_path / "s.db")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert result.returncode == 1, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    assert str(bad) in lines[0]
+    # zlib's error, or the JSON parser's when the damaged block still inflates to garbage
+    assert "cannot read file" in lines[0] or "malformed JSON" in lines[0]
+    assert "Traceback" not in result.stderr + result.stdout
