@@ -197,3 +197,28 @@ def test_corrupt_gzip_stream_is_one_error_naming_the_file(
     # zlib's error, or the JSON parser's when the damaged block still inflates to garbage
     assert "cannot read file" in lines[0] or "malformed JSON" in lines[0]
     assert "Traceback" not in result.stderr + result.stdout
+
+
+@pytest.mark.parametrize(
+    ("name", "content"),
+    [
+        ("empty.traj", {"history": [], "mistake_step": "x"}),  # swe-agent, by its name
+        ("tau.json", [{"task_id": 1, "traj": [], "reward": 0.0, "info": {}}]),
+        ("chat.jsonl", [{"messages": []}]),
+    ],
+)
+def test_a_run_with_no_messages_is_not_imported(name: str, content: object, tmp_path: Path) -> None:
+    """Whatever the format, a run without a single message is an error naming the file and
+    the run, and the store stays empty (Who&When already refuses an empty `history`: its
+    `mistake_step` cannot point into it)."""
+    path = tmp_path / name
+    if name.endswith(".jsonl"):
+        path.write_bytes(b"".join(orjson.dumps(line) + b"\n" for line in content))  # type: ignore[attr-defined]
+    else:
+        path.write_bytes(orjson.dumps(content))
+    with Store(tmp_path / "s.db") as store:
+        report = import_paths(store, [str(path)])
+        assert store.count() == 0
+    assert [f.error for f in report.files if f.error], report
+    error = report.files[0].error or ""
+    assert str(path) in error and "the run has no messages" in error
