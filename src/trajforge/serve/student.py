@@ -23,9 +23,9 @@ from typing import Any
 
 import orjson
 
-from trajforge.errors import UserError
+from trajforge.errors import UserError, one_line
 from trajforge.models.smollm import is_pretrained, resolve_model
-from trajforge.serve.codec import Codec, CompactCodec, HFCodec
+from trajforge.serve.codec import SPECIALS, Codec, CompactCodec, HFCodec
 
 MANIFEST = "trajforge.json"
 MODEL_DIR = "model"
@@ -48,9 +48,21 @@ def read_manifest(path: Path) -> dict[str, Any]:
     if not manifest.is_file():
         raise UserError(f"{path}: not a trajforge checkpoint (no {MANIFEST})")
     try:
-        return orjson.loads(manifest.read_bytes())
+        data = orjson.loads(manifest.read_bytes())
     except orjson.JSONDecodeError as exc:
         raise UserError(f"{manifest}: not valid JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise UserError(f"{manifest}: must be a JSON object, got {type(data).__name__}")
+    codec = data.get("codec")
+    if not isinstance(codec, dict) or codec.get("kind") not in ("compact", "hf"):
+        raise UserError(f"{manifest}: 'codec' must be an object with kind 'compact' or 'hf'")
+    if codec["kind"] == "compact" and not _vocabulary(codec.get("vocab")):
+        raise UserError(f"{manifest}: the compact codec's 'vocab' lacks the special tokens")
+    return data
+
+
+def _vocabulary(vocab: Any) -> bool:
+    return isinstance(vocab, dict) and all(isinstance(vocab.get(t), int) for t in SPECIALS)
 
 
 def load_codec(model_dir: Path, manifest: dict[str, Any]) -> Codec:
@@ -58,7 +70,13 @@ def load_codec(model_dir: Path, manifest: dict[str, Any]) -> Codec:
         return CompactCodec(manifest["codec"]["vocab"])
     from transformers import AutoTokenizer
 
-    return HFCodec(AutoTokenizer.from_pretrained(model_dir), manifest["codec"].get("tools"))
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    except (OSError, ValueError) as exc:
+        raise UserError(
+            f"{model_dir}: cannot load the tokenizer ({one_line(str(exc), 200)})"
+        ) from None
+    return HFCodec(tokenizer, manifest["codec"].get("tools"))
 
 
 def locate(spec: Path | str) -> tuple[Path, dict[str, Any], Path]:
@@ -132,7 +150,10 @@ def _load_model(path: Path) -> Any:
     from transformers.utils import logging
 
     logging.disable_progress_bar()
-    return AutoModelForCausalLM.from_pretrained(path)
+    try:
+        return AutoModelForCausalLM.from_pretrained(path)
+    except (OSError, ValueError) as exc:  # no weights, no config.json, an unknown model type
+        raise UserError(f"{path}: cannot load the model ({one_line(str(exc), 200)})") from None
 
 
 def _cache_argument(model: Any) -> str:
