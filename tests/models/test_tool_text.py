@@ -49,3 +49,23 @@ def test_tools_go_into_the_system_prompt_and_tool_results_stay_tool_messages() -
     assert plain[2]["content"] == '<tool_call>{"name":"look","arguments":{}}</tool_call>'
     with_system = tool_text.render_messages([{"role": "system", "content": "Be brief."}], TOOLS)
     assert with_system[0]["content"].startswith("Be brief.\n\nYou can call these tools.")
+
+
+def test_the_llm_policy_reads_calls_written_as_text_and_survives_a_malformed_one() -> None:
+    from trajforge.agents.llm import LLMPolicy
+    from trajforge.envs.household import HouseholdEnv, task_for
+    from trajforge.models.scripted import ScriptedModel
+    from trajforge.rollout.episode import run_episode
+
+    replies = [
+        'I will look.\n<tool_call>{"name": "look", "arguments": {}}</tool_call>',
+        '<tool_call>{"name": "go", "arguments": {"target": </tool_call>',
+    ]
+    run = run_episode(HouseholdEnv(), LLMPolicy(ScriptedModel(replies)), task_for(3, 1))
+    first, second = (run.messages[i] for i in run.assistant_indices())
+    assert first.content == "I will look." and first.tool_calls
+    assert first.tool_calls[0].name == "look" and first.tool_calls[0].parsed_arguments() == {}
+    assert run.messages[run.assistant_indices()[0] + 1].role == "tool"
+    assert second.tool_calls is None
+    assert second.extra[tool_text.ERRORS_FIELD][0].startswith("tool call 1: not JSON")
+    assert run.outcome.termination_reason == "agent_stop" and "error" not in run.metadata

@@ -200,3 +200,33 @@ def test_full_fine_tuning_changes_every_layer(smollm_dir: Path, tmp_path: Path) 
     for layer in (0, 29):
         key = f"model.layers.{layer}.mlp.down_proj.weight"
         assert not torch.equal(before[key], after[key])
+
+
+def test_an_llm_household_episode_through_the_proxy_is_recorded_with_tokens(
+    served: str, tmp_path: Path
+) -> None:
+    from trajforge.agents.llm import LLMPolicy
+    from trajforge.envs.household import HouseholdEnv, task_for
+    from trajforge.models.openai_compat import OpenAICompatibleModel, OpenAIModelConfig
+    from trajforge.proxy import ProxyConfig, ProxyServer
+    from trajforge.proxy.session import trajectory_id
+    from trajforge.rollout.episode import Limits, run_episode
+    from trajforge.store import Store
+
+    db = tmp_path / "proxy.db"
+    with ProxyServer(ProxyConfig(upstream=served), db) as proxy:
+        config = OpenAIModelConfig(base_url=proxy.session_url("ep"), model=NAME, api_key="x",
+                                   logprobs=True, max_tokens=40, max_retries=0)  # fmt: skip
+        policy = LLMPolicy(OpenAICompatibleModel(config))
+        run = run_episode(HouseholdEnv(), policy, task_for(5, 1), limits=Limits(max_steps=2))
+        proxy.flush()
+    assert "error" not in run.metadata and "model_failure" not in run.metadata
+    assert run.outcome.termination_reason in ("agent_stop", "max_steps", "env_done")
+    for index in run.assistant_indices():
+        message = run.messages[index]
+        assert message.tool_calls or message.content or message.extra.get("tool_call_errors")
+    recorded = Store(db).get(trajectory_id("ep"))
+    assert len(recorded.llm_calls) == len(run.assistant_indices())
+    for call in recorded.llm_calls:
+        assert call.prompt_token_ids and call.completion_token_ids
+        assert len(call.logprobs or []) == len(call.completion_token_ids)

@@ -1,0 +1,205 @@
+"""Speed of the pretrained student (SmolLM2-135M-Instruct) in training and in generation.
+
+Usage: python bench/student_speed.py [--model smollm2-135m] [--out bench/results/student_speed.json]
+
+Training (one process, the same real rows for every case): optimizer steps of `train sft`'s
+own step function on batches of `--batch` household rows cut to `--tokens` tokens each, for
+full fine-tuning and LoRA (rank 16), each in fp32 and under bfloat16 autocast, and, for
+reference, full fine-tuning with the weights themselves in bfloat16 (what the issue's 418
+tokens/s measured). Tokens/s counts every token of the batch (padding included; the rows are
+cut to the same length, so there is none) over `--steps` timed steps after one warm-up step.
+
+Generation: household episodes in lock-step (`run_lockstep`'s loop, what `eval --ckpt` runs,
+on the same `Student.generate` that `serve` batches requests into) of batch 1 and batch 16,
+3 agent steps of at most 32 new tokens each, with the per-conversation prefix cache
+(`DecodeSession`: each step feeds only the tokens the tool's answer adds) and without it
+(every step re-encodes the whole history). New tokens/s counts generated tokens over wall
+time, prefills included.
+
+Goals (from the issue): training >= 1,000 tokens/s (bf16, LoRA or full) and batched
+generation >= 300 new tokens/s at batch 16 with prefix reuse. The load average is recorded:
+on a shared machine every figure is lower than on a quiet one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+TRAIN_GOAL = 1000.0
+GENERATION_GOAL = 300.0
+
+
+def _rows(count: int) -> list[tuple[list[dict], list[dict]]]:
+    from trajforge.agents.household_teacher import ObservableTeacher
+    from trajforge.envs.household import HouseholdEnv, task_for
+    from trajforge.generate.recovery import training_row
+    from trajforge.rollout.episode import run_episode
+
+    rows = []
+    for seed in range(count):
+        row = training_row(run_episode(HouseholdEnv(), ObservableTeacher(), task_for(seed, 1)))
+        rows.append((row["messages"], row["tools"]))
+    return rows
+
+
+def _training_case(name: str, args, rows, weights_bf16: bool, **settings: Any) -> dict:
+    import torch
+
+    from trajforge.train import hf_student, sft
+
+    config = sft.SFTConfig(model=args.model, batch_size=args.batch, lr=1e-5, warmup=0,
+                           max_context=args.tokens, **settings)  # fmt: skip
+    model, codec = hf_student.load_base(config)
+    if weights_bf16:
+        model = model.to(torch.bfloat16)
+    data = [(ids[: args.tokens], mask[: args.tokens]) for ids, mask in
+            (codec.encode(m, t) for m, t in rows)]  # fmt: skip
+    data = [row for row in data if len(row[0]) == args.tokens and any(row[1])]
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(trainable, lr=config.lr)
+    generator = torch.Generator().manual_seed(0)
+    model.train()
+    sft._step(model, optimizer, data, codec.pad_id, config, generator)  # warm-up
+    started = time.perf_counter()
+    for step in range(args.steps):
+        loss = sft._step(model, optimizer, data, codec.pad_id, config, generator)
+        done = time.perf_counter() - started
+        rate = (step + 1) * args.batch * args.tokens / done
+        print(f"  {name}: step {step + 1}/{args.steps} loss {loss:.3f} {rate:.0f} tokens/s",
+              flush=True)  # fmt: skip
+    seconds = time.perf_counter() - started
+    return {
+        "tokens_per_s": round(args.steps * args.batch * args.tokens / seconds, 1),
+        "seconds": round(seconds, 2),
+        "trained_parameters": sum(p.numel() for p in trainable),
+    }
+
+
+def training(args, rows) -> dict[str, dict]:
+    cases = {
+        "full fp32": dict(weights_bf16=False),
+        "full bf16 autocast": dict(weights_bf16=False, bf16=True),
+        "lora fp32": dict(weights_bf16=False, lora_rank=16),
+        "lora bf16 autocast": dict(weights_bf16=False, lora_rank=16, bf16=True),
+        "full bf16 weights": dict(weights_bf16=True),
+    }
+    return {name: _training_case(name, args, rows, **case) for name, case in cases.items()}
+
+
+def _generation_case(name: str, student, tasks, reuse: bool) -> dict:
+    """`run_lockstep`'s loop for 3 agent steps, counting the generated tokens."""
+    from trajforge.envs.household import HouseholdEnv
+    from trajforge.serve.student import DecodeSession
+    from trajforge.train.evaluate import _advance, _prompt, fresh_starts
+
+    active = fresh_starts(HouseholdEnv, tasks)
+    session = DecodeSession(student) if reuse else None
+    decode = session.generate if session is not None else student.generate
+    new_tokens, started = 0, time.perf_counter()
+    for step in range(3):
+        generated = decode([_prompt(student, traj) for _, traj in active], 32, 0.0, step)
+        new_tokens += sum(len(g.token_ids) for g in generated)
+        kept = [row for row, ((env, traj), g) in enumerate(zip(active, generated, strict=True))
+                if _advance(student, env, traj, g, step) is None]  # fmt: skip
+        if session is not None:
+            session.keep(kept)
+        active = [active[row] for row in kept]
+        if not active:
+            break
+    seconds = time.perf_counter() - started
+    rate = new_tokens / seconds
+    print(f"  {name}: {new_tokens} new tokens in {seconds:.1f} s, {rate:.1f} tokens/s", flush=True)
+    return {"new_tokens": new_tokens, "seconds": round(seconds, 2), "tokens_per_s": round(rate, 1)}
+
+
+def generation(args) -> dict[str, dict]:
+    from trajforge.envs.household import HouseholdEnv
+    from trajforge.serve.student import Student
+    from trajforge.train.evaluate import held_out_tasks
+
+    student = Student(args.model)
+    tasks = held_out_tasks(HouseholdEnv(), 16, 1)
+    results = {}
+    for batch in (1, 16):
+        for reuse in (False, True):
+            name = f"batch {batch} {'with' if reuse else 'without'} prefix reuse"
+            results[name] = _generation_case(name, student, tasks[:batch], reuse)
+    return results
+
+
+def _ratios(train: dict, gen: dict) -> dict[str, float]:
+    def ratio(table: dict, a: str, b: str) -> float:
+        return round(table[a]["tokens_per_s"] / table[b]["tokens_per_s"], 2)
+
+    return {
+        "train full: bf16 autocast / fp32": ratio(train, "full bf16 autocast", "full fp32"),
+        "train lora: bf16 autocast / fp32": ratio(train, "lora bf16 autocast", "lora fp32"),
+        "train bf16 autocast: lora / full": ratio(
+            train, "lora bf16 autocast", "full bf16 autocast"
+        ),
+        "train full: bf16 weights / fp32": ratio(train, "full bf16 weights", "full fp32"),
+        "generate batch 16: reuse / no reuse": ratio(
+            gen, "batch 16 with prefix reuse", "batch 16 without prefix reuse"
+        ),
+        "generate batch 1: reuse / no reuse": ratio(
+            gen, "batch 1 with prefix reuse", "batch 1 without prefix reuse"
+        ),
+        "generate with reuse: batch 16 / batch 1": ratio(
+            gen, "batch 16 with prefix reuse", "batch 1 with prefix reuse"
+        ),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="smollm2-135m")
+    parser.add_argument("--batch", type=int, default=4, help="Training rows per step.")
+    parser.add_argument("--tokens", type=int, default=256, help="Tokens per training row.")
+    parser.add_argument("--steps", type=int, default=3, help="Timed training steps per case.")
+    parser.add_argument("--out", type=Path, default=Path("bench/results/student_speed.json"))
+    args = parser.parse_args()
+    import torch
+
+    load = os.getloadavg()
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, load {load[0]:.1f}")
+    print("training:", flush=True)
+    train = training(args, _rows(12))
+    print("generation:", flush=True)
+    gen = generation(args)
+    ratios = _ratios(train, gen)
+    goals = {
+        "train bf16 >= 1000 tokens/s": max(
+            train["full bf16 autocast"]["tokens_per_s"], train["lora bf16 autocast"]["tokens_per_s"]
+        ) >= TRAIN_GOAL,
+        "generate batch 16 with reuse >= 300 tokens/s":
+            gen["batch 16 with prefix reuse"]["tokens_per_s"] >= GENERATION_GOAL,
+    }  # fmt: skip
+    for name, value in ratios.items():
+        print(f"{name}: {value}x")
+    for name, met in goals.items():
+        print(f"goal {name}: {'met' if met else 'NOT met'}")
+    result = {
+        "command": "python " + " ".join(sys.argv),
+        "model": args.model,
+        "threads": torch.get_num_threads(),
+        "load_average_at_start": [round(x, 2) for x in load],
+        "load_average_at_end": [round(x, 2) for x in os.getloadavg()],
+        "training": train,
+        "generation": gen,
+        "ratios": ratios,
+        "goals_met": goals,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2) + b"\n")
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
