@@ -1,11 +1,14 @@
 """The learning lab: what does each kind of trajforge data do to a student?
 
     python bench/learning_loop.py [--quick] [--seeds 3] [--steps 1200] [--jobs 2] [--arms E,O]
+                                  [--student tiny|smollm2-135m]
                                   [--resume PARTIAL] [--report PARTIAL]
                                   [--out bench/results/learning_loop.json]
 
 Students (the `tiny` preset: a ~0.7M-parameter Llama-style model trained from scratch with a
-word-level vocabulary) are trained at equal steps on household difficulty-1 data, one arm per
+word-level vocabulary; or, with `--student smollm2-135m`, SmolLM2-135M-Instruct fine-tuned
+with LoRA rank 16 under bf16 autocast, results in `learning_loop_smollm2-135m.json`) are
+trained at equal steps on household difficulty-1 data, one arm per
 kind of data, each with several seeds:
 
 - E:   the observable teacher's successes on the training worlds;
@@ -104,6 +107,20 @@ class LabConfig:
     teacher_failures: int = 150
     teacher_steps: int | None = None
     work: str = "/tmp/learning_loop"
+    student: str = "tiny"
+    lora_rank: int = 0
+    max_context: int = 1024
+    max_new_tokens: int = 16
+
+
+PRETRAINED = {"lr": 2e-4, "lora_rank": 16, "max_new_tokens": 48, "batch_size": 4}
+"""A pretrained `--student` (LoRA; a tool call in its text convention takes ~30 tokens)."""
+PRETRAINED_QUICK = {"steps": 4, "batch_size": 2, "test_worlds": 4, "recovery_states": 4}
+"""`--quick` with a pretrained `--student`: a smoke run of the whole path, not a result."""
+
+
+def _lockstep(student: Student, starts, config: LabConfig) -> list:
+    return run_lockstep(student, starts, config.max_steps, max_new_tokens=config.max_new_tokens)
 
 
 class Lab:
@@ -145,7 +162,7 @@ class Lab:
     def student_recoveries(self, seed: int) -> list[dict]:
         """Corrections of the E student's own failed runs on the training worlds."""
         student = Student(checkpoint_dir(self.config, "E", seed))
-        runs = run_lockstep(student, fresh_starts(HouseholdEnv, self.tasks), self.config.max_steps)
+        runs = _lockstep(student, fresh_starts(HouseholdEnv, self.tasks), self.config)
         teacher = ObservableTeacher()
         forks = []
         for run in runs:
@@ -187,7 +204,7 @@ class Lab:
         if not (out / "trajforge.json").is_file():  # written last: the teacher is trained
             train_rows(config, rows, out, "guided-teacher", 0, config.teacher_steps)
         student = Student(out)
-        runs = run_lockstep(student, fresh_starts(HouseholdEnv, self.tasks), config.max_steps)
+        runs = _lockstep(student, fresh_starts(HouseholdEnv, self.tasks), config)
         failures = [t.with_id() for t in runs if not t.outcome.success]
         searched = failures[: config.teacher_failures]
         recovery = GuidedRecovery(
@@ -230,11 +247,11 @@ def hint_check(student: Student, config: LabConfig) -> dict[str, Any]:
     system prompt: does it act on the hint?"""
     tasks = held_out_tasks(HouseholdEnv(), max(10, config.test_worlds // 3), config.difficulty)
     check_held_out([t.id for t in tasks], student.manifest["train_tasks"])
-    plain = run_lockstep(student, fresh_starts(HouseholdEnv, tasks), config.max_steps)
+    plain = _lockstep(student, fresh_starts(HouseholdEnv, tasks), config)
     hinted = fresh_starts(HouseholdEnv, tasks)
     for env, traj in hinted:
         traj.messages = with_guidance(traj.messages, hidden_state_guidance(env))
-    guided = run_lockstep(student, hinted, config.max_steps)
+    guided = _lockstep(student, hinted, config)
     return {
         "worlds": len(tasks),
         "without_hint": rate([bool(t.outcome.success) for t in plain]),
@@ -309,6 +326,10 @@ def train_rows(
     """A student of the lab's size and budget (`steps`: the lab's) trained on `rows`."""
     steps = steps or config.steps
     sft = SFTConfig(
+        model=config.student,
+        lora_rank=config.lora_rank,
+        bf16=config.student != "tiny",
+        max_context=config.max_context,
         steps=steps,
         batch_size=config.batch_size,
         lr=config.lr,
@@ -333,10 +354,10 @@ def _evaluate(lab: Lab, checkpoint: Path) -> dict[str, Any]:
     recovery_tasks = held_out_tasks(env, config.recovery_states + 40, config.difficulty, 500_000)
     trained_on = student.manifest["train_tasks"]
     check_held_out([t.id for t in tests + recovery_tasks], trained_on)
-    runs = run_lockstep(student, fresh_starts(HouseholdEnv, tests), config.max_steps)
+    runs = _lockstep(student, fresh_starts(HouseholdEnv, tests), config)
     starts = recovery_starts(HouseholdEnv, recovery_tasks, ObservableTeacher(), seed=7)
     starts = starts[: config.recovery_states]
-    recovered = run_lockstep(student, starts, config.max_steps)
+    recovered = _lockstep(student, starts, config)
     return {
         "success": [bool(t.outcome.success) for t in runs],
         "recovery": [bool(t.outcome.success) for t in recovered],
@@ -513,23 +534,9 @@ def teacher_line(figures: dict[str, Any]) -> str:
     )
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="A smoke run (minutes).")
-    parser.add_argument("--seeds", type=int, default=3)
-    parser.add_argument("--steps", type=int, default=None)
-    parser.add_argument("--hidden", type=int, default=None, help="Student width.")
-    parser.add_argument("--batch-size", type=int, default=None)
-    parser.add_argument("--jobs", type=int, default=2, help="Arms trained in parallel.")
-    parser.add_argument("--arms", default=",".join(a.name for a in ARMS))
-    parser.add_argument("--out", type=Path, default=RESULTS)
-    parser.add_argument(
-        "--report", type=Path, help="Only summarize a .partial.json of an unfinished run."
-    )
-    parser.add_argument(
-        "--resume", type=Path, help="Keep the (arm, seed) results of a .partial.json."
-    )
-    args = parser.parse_args(argv)
+def lab_config(args: argparse.Namespace) -> LabConfig:
+    """The lab's configuration from the command line (and the result file of a pretrained
+    student, named for it)."""
     config = LabConfig()
     if args.quick:
         config = LabConfig(
@@ -540,9 +547,40 @@ def main(argv: list[str] | None = None) -> int:
             teacher_steps=300,  # a guided teacher that solves some worlds, for T's rows
             work="/tmp/learning_loop_quick",
         )
+    if args.student != "tiny":
+        config.student = args.student
+        config.work += f"_{args.student}"
+        for key, value in {**PRETRAINED, **(PRETRAINED_QUICK if args.quick else {})}.items():
+            setattr(config, key, value)
+        if args.out == RESULTS:
+            args.out = RESULTS.with_name(f"learning_loop_{args.student}.json")
     for field in ("steps", "hidden", "batch_size"):
         if getattr(args, field):
             setattr(config, field, getattr(args, field))
+    return config
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="A smoke run (minutes).")
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=None)
+    parser.add_argument("--hidden", type=int, default=None, help="Student width.")
+    parser.add_argument("--batch-size", type=int, default=None)
+    parser.add_argument("--jobs", type=int, default=2, help="Arms trained in parallel.")
+    parser.add_argument("--arms", default=",".join(a.name for a in ARMS))
+    parser.add_argument(
+        "--student", default="tiny", help="tiny, or a pretrained model such as smollm2-135m."
+    )
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument(
+        "--report", type=Path, help="Only summarize a .partial.json of an unfinished run."
+    )
+    parser.add_argument(
+        "--resume", type=Path, help="Keep the (arm, seed) results of a .partial.json."
+    )
+    args = parser.parse_args(argv)
+    config = lab_config(args)
     names = [n for n in args.arms.split(",") if n]
     started = time.time()
     seeds = list(range(args.seeds))
