@@ -230,3 +230,9 @@ def test_an_llm_household_episode_through_the_proxy_is_recorded_with_tokens(
     for call in recorded.llm_calls:
         assert call.prompt_token_ids and call.completion_token_ids
         assert len(call.logprobs or []) == len(call.completion_token_ids)
+
+
+def test_serve_of_an_unknown_model_is_one_error_line_naming_what_it_can_be(tmp_path: Path) -> None:
+    result = _cli("serve", str(tmp_path / "nothing-here"), "--port", "1")
+    assert result.returncode == 1
+    assert result.stderr.startswith("error: unknown model") and "smollm2-135m" in result.stderr

@@ -83,9 +83,9 @@ def locate(spec: Path | str) -> tuple[Path, dict[str, Any], Path]:
     """(path, manifest, model directory) of a checkpoint, or of a pretrained model given by
     name, GGUF file or Hugging Face directory (`trajforge.models.smollm.resolve_model`)."""
     path = Path(spec)
-    if (path / MANIFEST).is_file() or not is_pretrained(str(spec)):
+    if (path / MANIFEST).is_file() or (path.exists() and not is_pretrained(str(spec))):
         return path, read_manifest(path), path / MODEL_DIR
-    model_dir = resolve_model(str(spec))
+    model_dir = resolve_model(str(spec))  # or the error naming what a model can be
     manifest = {"name": path.name, "base": str(spec), "codec": {"kind": "hf"},
                 "max_context": BASE_CONTEXT}  # fmt: skip
     return model_dir, manifest, model_dir
