@@ -253,6 +253,15 @@ def m008_training_progress(db: sqlite3.Connection) -> None:
     )
 
 
+def m009_model_errors_not_judged(db: sqlite3.Connection) -> None:
+    """A run ended by a model or endpoint failure is not judged: runs an older version stored
+    as failures get no `success` (their documents load the same way)."""
+    db.execute(
+        "UPDATE trajectories SET success = NULL "
+        "WHERE termination_reason = 'model_error' AND success = 0"
+    )
+
+
 MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
     m001_trajectories,
     m002_diagnoses,
@@ -262,6 +271,7 @@ MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
     m006_episode_columns,
     m007_run_search_written_by_the_store,
     m008_training_progress,
+    m009_model_errors_not_judged,
 ]
 
 

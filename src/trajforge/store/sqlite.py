@@ -14,7 +14,7 @@ from pydantic import BaseModel
 from pydantic_core import to_json
 
 from trajforge.errors import UserError
-from trajforge.schema import FORMAT_VERSION, Outcome, Trajectory
+from trajforge.schema import FORMAT_VERSION, Outcome, OutcomeStatus, Trajectory, outcome_status
 from trajforge.store.filters import TrajectoryFilter
 from trajforge.store.migrations import migrate
 from trajforge.store.opening import check_is_trajforge, check_store_path, store_error
@@ -53,6 +53,12 @@ class TrajectoryRow(BaseModel):
     fork_index: int | None
     format: str | None
     source_file: str | None
+    termination_reason: str | None = None
+
+    @property
+    def status(self) -> OutcomeStatus:
+        """Success, failure, model error or unjudged (see `OutcomeStatus`)."""
+        return outcome_status(self.success, self.termination_reason)
 
 
 def default_db_path() -> Path:
