@@ -147,3 +147,14 @@ def test_diagnose_with_an_unreachable_judge_fails_and_stores_nothing(sample_db: 
     assert server.base_url in error_line(result)
     with Store(sample_db) as store:
         assert store.db.execute("SELECT count(*) FROM diagnoses").fetchone()[0] == 0
+
+
+def test_rl_rollouts_count_model_errors_apart_from_unrecorded_episodes() -> None:
+    from trajforge.train.rl.rollouts import Episode, _stats
+
+    episodes = [
+        Episode("s1", "g", _run("failure"), None),
+        Episode("s2", "g", _run("model_error"), None),
+    ]
+    row = _stats(episodes, 1.0).as_row()
+    assert row["unrecorded_episodes"] == 1 and row["model_error_episodes"] == 1
