@@ -19,7 +19,7 @@ from trajforge.models.mock_server import MockOpenAIServer
 from trajforge.monitor.dataset import featurize_runs
 from trajforge.schema import Message, Outcome, Task, Trajectory
 from trajforge.store import Store, TrajectoryFilter
-from trajforge.store.migrations import m009_model_errors_not_judged
+from trajforge.store.migrations import m010_model_errors_not_judged
 from trajforge.train.evaluate import EvalConfig, _report
 
 REFUSED = {"status": 400, "error": "bad request"}
@@ -97,7 +97,7 @@ def test_a_model_error_an_older_version_stored_as_a_failure_loads_unjudged(
     with Store(tmp_path / "old.db") as store:
         store.add(loaded)
         store.db.execute("UPDATE trajectories SET success = 0")  # the row an old version wrote
-        m009_model_errors_not_judged(store.db)
+        m010_model_errors_not_judged(store.db)
         assert store.rows(TrajectoryFilter(success=False)) == []
         (row,) = store.rows(TrajectoryFilter(model_error=True))
     assert row.status == "model_error"
