@@ -158,3 +158,12 @@ def test_rl_rollouts_count_model_errors_apart_from_unrecorded_episodes() -> None
     ]
     row = _stats(episodes, 1.0).as_row()
     assert row["unrecorded_episodes"] == 1 and row["model_error_episodes"] == 1
+
+
+def test_handoff_with_an_unreachable_reacher_fails_after_the_first_run() -> None:
+    with MockOpenAIServer([REFUSED] * 30) as server:
+        result = invoke("handoff", "--env", "tau-retail", "--reacher", "llm", "--solver", "expert",
+                        "--base-url", server.base_url, "--llm-model", "m", "--tasks", "4", "--at", "2",
+                        code=1)  # fmt: skip
+        assert len(server.requests) == 3
+    assert "first handoff run" in error_line(result) and server.base_url in error_line(result)
