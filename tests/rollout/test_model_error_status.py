@@ -74,8 +74,8 @@ def test_a_fork_with_no_server_fails_and_its_child_is_a_model_error_everywhere(
     assert child["id"] not in {r["id"] for r in failures}
     (listed,) = json.loads(invoke("ls", "--outcome", "model_error", "--json", "--db", db).stdout)
     assert listed["id"] == child["id"] and listed["status"] == "model_error"
-    plain = invoke("ls", "--outcome", "model_error", "--db", db).stdout
-    assert "model error" in plain
+    assert "model error" in invoke("ls", "--outcome", "model_error", "--db", db).stdout
+    assert "model error" in invoke("show", child["id"], "--db", db).stdout
     stats = json.loads(invoke("stats", "--json", "--db", db).stdout)
     assert stats["model_errors"] == 1 and stats["judged"] == stats["total"] - 1
 
@@ -163,7 +163,7 @@ def test_rl_rollouts_count_model_errors_apart_from_unrecorded_episodes() -> None
 def test_handoff_with_an_unreachable_reacher_fails_after_the_first_run() -> None:
     with MockOpenAIServer([REFUSED] * 30) as server:
         result = invoke("handoff", "--env", "tau-retail", "--reacher", "llm", "--solver", "expert",
-                        "--base-url", server.base_url, "--llm-model", "m", "--tasks", "4", "--at", "2",
-                        code=1)  # fmt: skip
+                        "--base-url", server.base_url, "--llm-model", "m", "--tasks", "4",
+                        "--at", "2", code=1)  # fmt: skip
         assert len(server.requests) == 3
     assert "first handoff run" in error_line(result) and server.base_url in error_line(result)
