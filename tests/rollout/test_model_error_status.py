@@ -167,3 +167,13 @@ def test_handoff_with_an_unreachable_reacher_fails_after_the_first_run() -> None
                         "--at", "2", code=1)  # fmt: skip
         assert len(server.requests) == 3
     assert "first handoff run" in error_line(result) and server.base_url in error_line(result)
+
+
+def test_rft_with_an_unreachable_policy_keeps_nothing_and_says_why(tmp_path: Path) -> None:
+    with MockOpenAIServer([REFUSED] * 30) as server:
+        result = invoke("rft", "--env", "household", "--tasks", "1", "--k", "2", "--policy", "llm",
+                        "--base-url", server.base_url, "--llm-model", "m", "--max-steps", "2",
+                        "--out", str(tmp_path / "rft"), "--db", str(tmp_path / "r.db"), "--json",
+                        code=1)  # fmt: skip
+    assert "all 2 sampled rollouts" in error_line(result)
+    assert not (tmp_path / "rft" / "train.jsonl").exists()
