@@ -71,6 +71,50 @@ def test_concurrent_first_use_creates_the_schema_once(tmp_path: Path) -> None:
         assert_usable(path)
 
 
+# Each round: PROCESSES processes wait at a barrier, then all open the same new store and
+# import into it (one empties the journal for its bulk import while the others create the
+# schema: the case where SQLite answered "database is locked" at once).
+CONCURRENT_IMPORTS = """
+import multiprocessing as mp, sys
+from pathlib import Path
+from trajforge.importers import import_paths
+from trajforge.store import Store
+
+def work(args):
+    path, barrier = args
+    barrier.wait()
+    try:
+        with Store(path) as store:
+            import_paths(store, [sys.argv[2]])
+    except Exception as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return ""
+
+if __name__ == "__main__":
+    rounds, processes = int(sys.argv[3]), int(sys.argv[4])
+    ctx = mp.get_context("fork")
+    barrier = ctx.Manager().Barrier(processes)
+    with ctx.Pool(processes) as pool:
+        for n in range(rounds):
+            path = str(Path(sys.argv[1]) / f"s{n}.db")
+            for error in pool.map(work, [(path, barrier)] * processes, chunksize=1):
+                if error:
+                    print(error)
+"""
+
+
+def test_concurrent_first_imports_into_a_new_store_all_succeed(tmp_path: Path) -> None:
+    """40 rounds of 3 processes creating and filling one new store at once (before: about
+    one process in 30 failed with "database is locked")."""
+    child = python("-c", CONCURRENT_IMPORTS, str(tmp_path), str(RUN), "40", "3")
+    out, err = child.communicate(timeout=300)
+    assert child.returncode == 0, err
+    assert out == "", out
+    for path in tmp_path.glob("s*.db"):
+        with Store(path) as store:
+            assert store.count() == 1
+
+
 def cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "trajforge", *args], capture_output=True, text=True, timeout=60

@@ -17,7 +17,7 @@ from trajforge.errors import UserError
 from trajforge.schema import FORMAT_VERSION, Outcome, Trajectory
 from trajforge.store.filters import TrajectoryFilter
 from trajforge.store.migrations import migrate
-from trajforge.store.opening import check_is_trajforge, check_store_path, store_error
+from trajforge.store.opening import check_is_trajforge, check_store_path, open_store
 from trajforge.store.search_text import RunSearchText, run_search_text
 
 DEFAULT_DB = "trajforge.db"
@@ -167,19 +167,7 @@ class Store:
         self.path = Path(path) if path is not None else default_db_path()
         if str(self.path) != ":memory:":
             check_store_path(self.path)
-        self.db = sqlite3.connect(str(self.path), isolation_level=None, check_same_thread=False)
-        try:
-            self.db.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
-            check_is_trajforge(self.db, self.path)
-            self.db.execute("PRAGMA journal_mode=WAL")
-            self.db.execute("PRAGMA synchronous=NORMAL")
-            migrate(self.db)
-        except sqlite3.Error as exc:
-            self.db.close()
-            raise store_error(self.path, exc) from None
-        except BaseException:
-            self.db.close()
-            raise
+        self.db = open_store(self.path, _prepare, BUSY_TIMEOUT_MS / 1000)
         self._depth = 0
         self._savepoints: list[_PendingMark] = []
         """Where the held-back rows stood when each open savepoint began."""
@@ -536,6 +524,15 @@ class Store:
 def interrupted(exc: sqlite3.Error) -> bool:
     """Whether SQLite stopped a statement on request (a time budget), not for a fault of its own."""
     return isinstance(exc, sqlite3.OperationalError) and str(exc) == "interrupted"
+
+
+def _prepare(db: sqlite3.Connection, path: Path) -> None:
+    """Settings of every connection, then the schema brought up to date."""
+    db.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+    check_is_trajforge(db, path)
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute("PRAGMA synchronous=NORMAL")
+    migrate(db)
 
 
 def _to_json(traj: Trajectory) -> bytes:
