@@ -183,3 +183,34 @@ def test_db_read_only_file_is_one_line(tmp_path: Path) -> None:
     finally:
         os.chmod(tmp_path, 0o755)
     assert result.returncode == 1 and result.stderr.count("\n") == 1, result.stderr
+
+
+def _contents(store: Store) -> list[tuple]:
+    return store.db.execute("SELECT id, doc FROM trajectories ORDER BY id").fetchall()
+
+
+@pytest.mark.parametrize("first_use", [True, False])
+def test_a_full_disk_during_an_import_names_it_and_keeps_the_store(
+    tmp_path: Path, first_use: bool
+) -> None:
+    """SQLite's page limit stands in for a full disk: the import stops with an error that
+    says the disk is full (not "cannot rollback"), and the store is as it was."""
+    from trajforge.importers import import_paths
+    from trajforge.store import StoreFull
+
+    big = sample_dir() / "tau-bench" / "historical_trajectories" / "gpt-4o-airline.json"
+    with Store(tmp_path / "s.db") as store:
+        if not first_use:
+            import_paths(store, [str(RUN)])
+        before = _contents(store)
+        (pages,) = store.db.execute("PRAGMA page_count").fetchone()
+        store.db.execute(f"PRAGMA max_page_count = {pages + 20}")
+        with pytest.raises(StoreFull) as caught:
+            import_paths(store, [str(big)], workers=0)
+        message = str(caught.value)
+        assert "disk is full" in message and "SQLITE_FULL" in message
+        assert str(tmp_path / "s.db") in message and "rollback" not in message
+        assert _contents(store) == before
+        assert store.db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+        store.db.execute("PRAGMA max_page_count = 1073741823")
+        assert import_paths(store, [str(big)]).added > 0  # usable once there is room

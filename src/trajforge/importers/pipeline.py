@@ -28,7 +28,7 @@ from trajforge.importers.registry import detect_format, require_format
 from trajforge.jsonfile import line_ranges
 from trajforge.processes import ignore_interrupts, usable_cores, worker_pool
 from trajforge.schema import Trajectory
-from trajforge.store import EncodedTrajectory, Store, encode
+from trajforge.store import EncodedTrajectory, Store, StoreFull, encode
 
 
 class FileResult(BaseModel):
@@ -418,6 +418,8 @@ def _store_file(store: Store, path: Path, imp: Importer, runs: _Runs) -> FileRes
                     added += 1
                 else:
                     duplicates += 1
+    except StoreFull:
+        raise  # not this file's fault: the import stops
     except UserError as exc:
         result.error = str(exc)
     else:

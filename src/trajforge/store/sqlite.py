@@ -58,6 +58,10 @@ class TrajectoryRow(BaseModel):
     source_file: str | None
 
 
+class StoreFull(UserError):
+    """The disk (or the store's page limit) is full: the transaction was rolled back."""
+
+
 class QueryTooSlow(UserError):
     """A read ran past its time budget and SQLite stopped it (`Store.time_budget`)."""
 
@@ -202,12 +206,18 @@ class Store:
         try:
             yield
             self._write_pending_index()
-        except BaseException:
-            self._cut_pending(_PendingMark())
-            self.db.execute("ROLLBACK")
-            raise
-        else:
             self.db.execute("COMMIT")
+        except BaseException as exc:
+            self._cut_pending(_PendingMark())
+            if self.db.in_transaction:  # SQLite rolls back by itself on some errors
+                self.db.execute("ROLLBACK")
+            if isinstance(exc, sqlite3.Error) and _disk_full(exc):
+                raise StoreFull(
+                    f"{self.path}: the disk is full (SQLITE_FULL): nothing of this "
+                    "transaction was stored, and the store is as it was before it; free some "
+                    "space and run the command again"
+                ) from None
+            raise
         finally:
             self._depth = 0
 
@@ -228,11 +238,13 @@ class Store:
         try:
             yield
         except BaseException:
-            self.db.execute("ROLLBACK TO part")
+            if self.db.in_transaction:  # else SQLite rolled the whole transaction back
+                self.db.execute("ROLLBACK TO part")
             self._undo_pending(self._savepoints[-1])
             raise
         finally:
-            self.db.execute("RELEASE part")
+            if self.db.in_transaction:
+                self.db.execute("RELEASE part")
             self._savepoints.pop()
 
     @contextmanager
@@ -519,6 +531,14 @@ class Store:
         if flt.limit is not None:
             sql += f" LIMIT {int(flt.limit)}"
         return sql, params
+
+
+SQLITE_FULL = 13
+
+
+def _disk_full(exc: sqlite3.Error) -> bool:
+    code = getattr(exc, "sqlite_errorcode", None)
+    return code is not None and code & 0xFF == SQLITE_FULL
 
 
 def interrupted(exc: sqlite3.Error) -> bool:
