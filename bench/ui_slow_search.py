@@ -13,6 +13,10 @@ each search's status and time. `--budget` sets the UI's time budget for a page's
 the end). A UI that reads the store on its event loop serves nothing while a search runs.
 
 Goal: the static file's worst latency with the searches in flight under 1 s.
+
+Measured (6,909 runs, `--copies 6`, a busy 2-core machine): budget 5 s: file median 14 ms,
+worst 141 ms, searches 503 after 5.4 s; `--budget none`: worst 228 ms, searches 200 after
+about 200 s; the UI before its reads left the event loop: the file waited 229 s.
 """
 
 from __future__ import annotations
