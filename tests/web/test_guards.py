@@ -156,3 +156,19 @@ def test_a_search_past_the_time_budget_is_a_503_while_other_pages_answer(
     assert [r.status_code for r in results] == [503, 503, 503]
     assert "took longer than its budget of 0.3 s" in results[0].json()["error"]
     assert "narrow the search" in results[0].json()["error"]
+
+
+def test_with_a_token_cookie_a_cross_origin_post_is_still_refused(
+    ui_store: UiStore, parent: str
+) -> None:
+    """Another port of 127.0.0.1 is the same site: the browser sends the `--token` cookie
+    along, and the origin check and the form token must refuse the post anyway."""
+    client = TestClient(create_app(UiConfig(db=ui_store.db, token="s3cret")))
+    assert client.get("/", params={"token": "s3cret"}).status_code == 200  # sets the cookie
+    path = f"/runs/{parent}/fork"
+    cross = _post(
+        client, path, "at=5&policy=expert", origin="http://127.0.0.1:9999",
+        **{"sec-fetch-site": "same-site"},
+    )  # fmt: skip
+    assert cross.status_code == 403
+    assert _post(client, path, "at=5&policy=expert").status_code == 403  # no form token
