@@ -3,15 +3,16 @@
 Usage: python bench/student_speed.py [--model smollm2-135m] [--out bench/results/student_speed.json]
 
 Training (one process, the same real rows for every case): optimizer steps of `train sft`'s
-own step function on batches of `--batch` household rows cut to `--tokens` tokens each, for
-full fine-tuning and LoRA (rank 16), each in fp32 and under bfloat16 autocast, and, for
-reference, full fine-tuning with the weights themselves in bfloat16 (what the issue's 418
-tokens/s measured). Tokens/s counts every token of the batch (padding included; the rows are
-cut to the same length, so there is none) over `--steps` timed steps after one warm-up step.
+own step function on batches of `--batch` household rows cut to their last `--tokens`
+tokens (as `train sft` cuts), for full fine-tuning and LoRA (rank 16), each in fp32 and under
+bfloat16 autocast, and, for reference, full fine-tuning with the weights themselves in
+bfloat16 (what the issue's 418 tokens/s measured). Tokens/s counts every token of the batch
+(the rows are cut to the same length, so there is no padding) over `--steps` timed steps
+after one warm-up step.
 
 Generation: household episodes in lock-step (`run_lockstep`'s loop, what `eval --ckpt` runs,
 on the same `Student.generate` that `serve` batches requests into) of batch 1 and batch 16,
-3 agent steps of at most 32 new tokens each, with the per-conversation prefix cache
+`--turns` agent steps of at most 32 new tokens each, with the per-conversation prefix cache
 (`DecodeSession`: each step feeds only the tokens the tool's answer adds) and without it
 (every step re-encodes the whole history). New tokens/s counts generated tokens over wall
 time, prefills included.
@@ -59,7 +60,7 @@ def _training_case(name: str, args, rows, weights_bf16: bool, **settings: Any) -
     model, codec = hf_student.load_base(config)
     if weights_bf16:
         model = model.to(torch.bfloat16)
-    data = [(ids[: args.tokens], mask[: args.tokens]) for ids, mask in
+    data = [(ids[-args.tokens :], mask[-args.tokens :]) for ids, mask in
             (codec.encode(m, t) for m, t in rows)]  # fmt: skip
     data = [row for row in data if len(row[0]) == args.tokens and any(row[1])]
     trainable = [p for p in model.parameters() if p.requires_grad]
@@ -93,8 +94,8 @@ def training(args, rows) -> dict[str, dict]:
     return {name: _training_case(name, args, rows, **case) for name, case in cases.items()}
 
 
-def _generation_case(name: str, student, tasks, reuse: bool) -> dict:
-    """`run_lockstep`'s loop for 3 agent steps, counting the generated tokens."""
+def _generation_case(name: str, student, tasks, reuse: bool, steps: int) -> dict:
+    """`run_lockstep`'s loop for `steps` agent steps, counting the generated tokens."""
     from trajforge.envs.household import HouseholdEnv
     from trajforge.serve.student import DecodeSession
     from trajforge.train.evaluate import _advance, _prompt, fresh_starts
@@ -103,7 +104,7 @@ def _generation_case(name: str, student, tasks, reuse: bool) -> dict:
     session = DecodeSession(student) if reuse else None
     decode = session.generate if session is not None else student.generate
     new_tokens, started = 0, time.perf_counter()
-    for step in range(3):
+    for step in range(steps):
         generated = decode([_prompt(student, traj) for _, traj in active], 32, 0.0, step)
         new_tokens += sum(len(g.token_ids) for g in generated)
         kept = [row for row, ((env, traj), g) in enumerate(zip(active, generated, strict=True))
@@ -130,7 +131,7 @@ def generation(args) -> dict[str, dict]:
     for batch in (1, 16):
         for reuse in (False, True):
             name = f"batch {batch} {'with' if reuse else 'without'} prefix reuse"
-            results[name] = _generation_case(name, student, tasks[:batch], reuse)
+            results[name] = _generation_case(name, student, tasks[:batch], reuse, args.turns)
     return results
 
 
@@ -163,6 +164,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=4, help="Training rows per step.")
     parser.add_argument("--tokens", type=int, default=256, help="Tokens per training row.")
     parser.add_argument("--steps", type=int, default=3, help="Timed training steps per case.")
+    parser.add_argument("--turns", type=int, default=3, help="Agent steps per episode.")
     parser.add_argument("--out", type=Path, default=Path("bench/results/student_speed.json"))
     args = parser.parse_args()
     import torch
