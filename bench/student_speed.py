@@ -171,10 +171,10 @@ def main() -> None:
 
     load = os.getloadavg()
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, load {load[0]:.1f}")
-    print("training:", flush=True)
-    train = training(args, _rows(12))
     print("generation:", flush=True)
     gen = generation(args)
+    print("training:", flush=True)
+    train = training(args, _rows(12))
     ratios = _ratios(train, gen)
     goals = {
         "train bf16 >= 1000 tokens/s": max(
