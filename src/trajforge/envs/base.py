@@ -11,7 +11,8 @@ Opt-in abilities are small protocols, checked with `isinstance`:
 - `TaskSet` / `TaskLookup`: lists its tasks / finds one by id;
 - `StateHashing`: a hash of its state and the records that changed;
 - `EndsEpisodes`: can end the episode itself (`done`);
-- `UserFacts`: what the task's user can tell about themselves.
+- `UserFacts`: what the task's user can tell about themselves;
+- `TextActions`: actions written in the assistant's text (mini-swe-agent's bash blocks).
 
 A conversational task's user stops talking with `USER_STOP` in a message.
 """
@@ -145,6 +146,26 @@ class ConfiguredByRecording(Protocol):
 
     @classmethod
     def config_for_recording(cls, messages: list[Message]) -> Any: ...
+
+
+@runtime_checkable
+class TextActions(Protocol):
+    """Optional: actions written in the assistant's text (one ```bash block, as mini-swe-agent
+    writes them), each answered by a user message; the episode loop, replay and fork read
+    them so."""
+
+    def text_action(self, message: Message) -> ToolCall | None:
+        """The action of an assistant message, or None when it holds none."""
+        ...
+
+    def observation(self, result: StepResult) -> Message:
+        """The message that answers an action with `result`."""
+        ...
+
+    def comparable(self, output: str) -> str:
+        """An output with what differs between machines (times, paths) normalized, for
+        comparing a replayed output with the recorded one."""
+        ...
 
 
 USER_STOP = "###STOP###"

@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from trajforge.envs.base import Environment, Oracle, StateHashing
+from trajforge.envs.base import Environment, Oracle, StateHashing, TextActions
 from trajforge.envs.making import make_env
 from trajforge.envs.registry import ENVIRONMENTS
 from trajforge.errors import UserError
@@ -30,6 +30,27 @@ def answered_calls(messages: list[Message], n: int) -> list[tuple[int, ToolCall,
         if message.role == "tool" and message.tool_call_id in calls:
             answered.append((index, calls.pop(message.tool_call_id), message))
     return answered
+
+
+def recorded_actions(
+    env: Environment, messages: list[Message], n: int
+) -> list[tuple[int, ToolCall, Message]]:
+    """`answered_calls`, or for an environment of text actions (`TextActions`) the actions
+    of assistant messages answered by the next message within the first `n`."""
+    if not isinstance(env, TextActions):
+        return answered_calls(messages, n)
+    found = []
+    for index, message in enumerate(messages[: n - 1]):
+        call = env.text_action(message)
+        if call is not None and messages[index + 1].role == "user":
+            found.append((index + 1, call, messages[index + 1]))
+    return found
+
+
+def same_output(env: Environment, recorded: str, replayed: str) -> bool:
+    if isinstance(env, TextActions):
+        return env.comparable(recorded) == env.comparable(replayed)
+    return recorded == replayed
 
 
 UNEXECUTED_FAULTS = frozenset({"transient", "persistent"})
@@ -58,7 +79,7 @@ def replay_to(env: Environment, trajectory: Trajectory, n: int) -> Any:
 def replay_calls(env: Environment, trajectory: Trajectory, n: int) -> Any:
     """`replay_to` without the reset: for an environment just reset to the run's task."""
     faults = fault_kinds(trajectory)
-    for index, call, _ in answered_calls(trajectory.messages, n):
+    for index, call, _ in recorded_actions(env, trajectory.messages, n):
         if faults.get(index) not in UNEXECUTED_FAULTS:
             env.step(call)
     return env.snapshot()
@@ -114,7 +135,7 @@ def replay_run(trajectory: Trajectory, env: Environment | None = None) -> RunRep
     faults = fault_kinds(trajectory)
     mismatches = []
     compared = 0
-    answered = answered_calls(trajectory.messages, len(trajectory.messages))
+    answered = recorded_actions(env, trajectory.messages, len(trajectory.messages))
     for index, call, recorded in answered:
         if faults.get(index) in UNEXECUTED_FAULTS:
             continue
@@ -122,7 +143,7 @@ def replay_run(trajectory: Trajectory, env: Environment | None = None) -> RunRep
         if index in faults:
             continue
         compared += 1
-        if replayed != recorded.text():
+        if not same_output(env, recorded.text(), replayed):
             reason = describe_difference(recorded.text(), replayed)
             mismatches.append(
                 Mismatch(

@@ -1,0 +1,92 @@
+"""A worktree of an instance at `/testbed`, and commands run there in the sandbox.
+
+`Testbed.create` clones the base commit (from the cached mirror), unpacks what the
+environment's install left in the tree, runs the instance's `pre_install` commands in the
+sandbox and commits their changes (so `git diff` shows only later changes, as in the
+SWE-bench images). Commands then run in bubblewrap with the worktree at `/testbed`, the
+environment's virtual environment read-only at `/venv` (first on `PATH`), no network, no
+host files but the system's, and a private `/tmp`.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+
+from trajforge.envs.swe.sandbox import Layout, SandboxConfig, SandboxResult, run_sandboxed
+from trajforge.envs.swe_bench import repos
+from trajforge.envs.swe_bench.build import TESTBED, VENV, BuiltEnv
+from trajforge.envs.swe_bench.instances import Instance
+
+AGENT_ENV = {
+    "PATH": f"{VENV}/bin:/usr/local/bin:/usr/bin:/bin",
+    "VIRTUAL_ENV": VENV,
+    "HOME": "/tmp",
+    "TMPDIR": "/tmp",
+    "LANG": "C.UTF-8",
+    "PAGER": "cat",
+    "MANPAGER": "cat",
+    "LESS": "-R",
+    "PIP_PROGRESS_BAR": "off",
+    "TQDM_DISABLE": "1",
+}
+"""What commands see (mini-swe-agent's SWE-bench settings: pagers off, progress bars off)."""
+SETUP_SANDBOX = SandboxConfig(timeout_s=120, memory_mb=4096, total_memory_mb=4096)
+DIFF_SANDBOX = SETUP_SANDBOX.model_copy(update={"max_output": 8_000_000})
+
+
+class Testbed:
+    """One worktree of one instance, with its environment; `close()` removes it."""
+
+    def __init__(self, instance: Instance, env: BuiltEnv, mirror: Path, folder: Path) -> None:
+        self.instance = instance
+        self.env = env
+        self.mirror = mirror
+        self.folder = folder
+        self.path = folder / "testbed"
+        self.inputs = folder / "inputs"
+
+    @classmethod
+    def create(
+        cls, instance: Instance, env: BuiltEnv, mirror: Path, workdir: str | None = None
+    ) -> Testbed:
+        folder = Path(tempfile.mkdtemp(prefix="swe-bench-", dir=workdir)).resolve()
+        testbed = cls(instance, env, mirror, folder)
+        testbed.inputs.mkdir()
+        repos.checkout(instance, mirror, testbed.path)
+        repos.restore_extras(env.folder / "extras.tar", testbed.path)
+        commands = [c for c in instance.pre_install if "apt-get" not in c]
+        if commands:
+            testbed.run("\n".join(commands), SETUP_SANDBOX)
+        repos.commit_setup(testbed.path)
+        return testbed
+
+    def layout(self) -> Layout:
+        prefix = str(self.env.python_prefix)
+        mirror = str(self.mirror)
+        return Layout(
+            workspace_at=TESTBED,
+            read_only=[
+                (prefix, prefix),
+                (mirror, mirror),
+                (str(self.env.venv), VENV),
+                (str(self.inputs), "/judge"),
+            ],
+            env=dict(AGENT_ENV),
+        )
+
+    def run(self, command: str, config: SandboxConfig) -> SandboxResult:
+        """`bash -c command` in `/testbed`, confined."""
+        return run_sandboxed(["bash", "-c", command], self.path, config, self.layout())
+
+    def diff(self) -> str:
+        """The worktree's changes since the setup commit, new files included (what
+        mini-swe-agent submits: `git add -A && git diff --cached`), read in the sandbox."""
+        result = self.run("git add -A && git diff --cached", DIFF_SANDBOX)
+        if result.exit_code != 0:
+            raise RuntimeError(f"git diff in the worktree failed: {result.output[-300:]}")
+        return result.output
+
+    def close(self) -> None:
+        shutil.rmtree(self.folder, ignore_errors=True)
