@@ -12,6 +12,7 @@ Opt-in abilities are small protocols, checked with `isinstance`:
 - `StateHashing`: a hash of its state and the records that changed;
 - `EndsEpisodes`: can end the episode itself (`done`);
 - `UserFacts`: what the task's user can tell about themselves;
+- `ServesTasks`: says which tasks it has no data for;
 - `TextActions`: actions written in the assistant's text (mini-swe-agent's bash blocks).
 
 A conversational task's user stops talking with `USER_STOP` in a message.
@@ -165,6 +166,15 @@ class TextActions(Protocol):
     def comparable(self, output: str) -> str:
         """An output with what differs between machines (times, paths) normalized, for
         comparing a replayed output with the recorded one."""
+        ...
+
+
+@runtime_checkable
+class ServesTasks(Protocol):
+    """Optional: says which tasks it cannot run (a benchmark instance it holds no data for)."""
+
+    def cannot_serve(self, task: Task) -> str | None:
+        """Why `task` cannot run here, or None when it can."""
         ...
 
 

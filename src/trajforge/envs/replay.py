@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from trajforge.envs.base import Environment, Oracle, StateHashing, TextActions
+from trajforge.envs.base import Environment, Oracle, ServesTasks, StateHashing, TextActions
 from trajforge.envs.making import make_env
 from trajforge.envs.registry import ENVIRONMENTS
 from trajforge.errors import UserError
@@ -220,7 +220,17 @@ def replay_many(trajectories: Iterable[Trajectory], explicit: bool = False) -> R
                 make_env(trajectory)  # raises the one-line reason
             skipped.append(trajectory.task.environment or "(none)")
             continue
-        reports.append(replay_run(trajectory))
+        env = make_env(trajectory)
+        reason = env.cannot_serve(trajectory.task) if isinstance(env, ServesTasks) else None
+        if reason is not None:
+            if explicit:
+                raise UserError(f"trajectory {trajectory.id} cannot be replayed: {reason}")
+            skipped.append(f"{env.name} (no data for the task)")
+            continue
+        try:
+            reports.append(replay_run(trajectory, env))
+        finally:
+            env.close()
     if not reports:
         raise UserError(
             "no replayable runs selected"

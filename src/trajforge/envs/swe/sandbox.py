@@ -34,6 +34,7 @@ import logging
 import os
 import resource
 import selectors
+import shlex
 import shutil
 import signal
 import stat
@@ -88,6 +89,11 @@ class Layout(BaseModel):
     network: bool = Field(default=False, description="Share the host's network (builds only).")
     env: dict[str, str] | None = Field(
         default=None, description="The command's environment (default: the toy's)."
+    )
+    silent_hosts: list[str] = Field(
+        default_factory=list,
+        description="Addresses whose connections hang, as on a network that drops them, "
+        "instead of failing at once (root runs only; tests that expect a connect timeout).",
     )
 
     def inside(self, workspace: Path) -> str:
@@ -197,8 +203,16 @@ def _bwrap_argv(workspace: Path, command: list[str], layout: Layout = DEFAULT_LA
         *_interpreter_binds(), *_layout_binds(layout), *_folders(Path(ws)),
         "--bind", str(workspace), ws, *_namespaces(layout),
         "--die-with-parent", "--new-session", "--chdir", ws, "--",
-        *(user if os.geteuid() == 0 else []), *command,
+        *_routes(layout), *(user if os.geteuid() == 0 else []), *command,
     ]  # fmt: skip
+
+
+def _routes(layout: Layout) -> list[str]:
+    """A prefix that routes the silent hosts into the loopback, where they are dropped."""
+    if os.geteuid() != 0 or layout.network or not layout.silent_hosts:
+        return []
+    routes = "; ".join(f"ip route add {shlex.quote(h)}/32 dev lo" for h in layout.silent_hosts)
+    return ["sh", "-c", f'{{ {routes}; }} 2>/dev/null; exec "$@"', "sh"]
 
 
 def _argv(backend: str, workspace: Path, command: list[str], layout: Layout) -> list[str]:

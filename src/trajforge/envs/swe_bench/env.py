@@ -32,7 +32,7 @@ from trajforge.envs.swe.sandbox import SandboxConfig
 from trajforge.envs.swe_bench import repos
 from trajforge.envs.swe_bench.build import BuiltEnv, ensure_env
 from trajforge.envs.swe_bench.cache import cache_dir
-from trajforge.envs.swe_bench.instances import Instance, get_instance
+from trajforge.envs.swe_bench.instances import Instance, get_instance, load_instances
 from trajforge.envs.swe_bench.judge import JUDGE_SANDBOX, JudgeReport, judge_patch, test_command
 from trajforge.envs.swe_bench.testbed import Testbed
 from trajforge.envs.tool_schema import string_tool
@@ -144,6 +144,11 @@ class SweBenchEnv(EnvironmentBase):
 
     def task_by_id(self, task_id: str) -> Task:
         return task_for(get_instance(task_id, self.config.data))
+
+    def cannot_serve(self, task: Task) -> str | None:
+        if task.id in load_instances(self.config.data):
+            return None
+        return f"no SWE-bench instance '{task.id}' in the data folder"
 
     def prepare(self, instance: Instance) -> tuple[BuiltEnv, Path]:
         """The instance's built environment and repository mirror (built if missing)."""

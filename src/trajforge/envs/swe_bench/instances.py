@@ -91,3 +91,21 @@ def get_instance(instance_id: str, folder: str | Path | None = None) -> Instance
             "repositories)"
         )
     return instances[instance_id]
+
+
+def select_instances(
+    repos: list[str] | None = None,
+    ids: list[str] | None = None,
+    folder: str | Path | None = None,
+) -> list[Instance]:
+    """Instances by id, else those of the repositories (`owner/name` or `name`), else all."""
+    if ids:
+        return [get_instance(i, folder) for i in ids]
+    every = list(load_instances(folder).values())
+    if not repos:
+        return every
+    chosen = [i for i in every if i.repo in repos or i.repo.split("/")[1] in repos]
+    if not chosen:
+        known = ", ".join(sorted({i.repo for i in every}))
+        raise UserError(f"no instances of {', '.join(repos)} (repositories: {known})")
+    return chosen

@@ -32,6 +32,8 @@ AGENT_ENV = {
     "TQDM_DISABLE": "1",
 }
 """What commands see (mini-swe-agent's SWE-bench settings: pagers off, progress bars off)."""
+SILENT_HOSTS = ("10.255.255.1",)
+"""requests' timeout tests expect connecting there to hang (as in the SWE-bench images)."""
 SETUP_SANDBOX = SandboxConfig(timeout_s=120, memory_mb=4096, total_memory_mb=4096)
 DIFF_SANDBOX = SETUP_SANDBOX.model_copy(update={"max_output": 8_000_000})
 
@@ -74,6 +76,7 @@ class Testbed:
                 (str(self.inputs), "/judge"),
             ],
             env=dict(AGENT_ENV),
+            silent_hosts=list(SILENT_HOSTS),
         )
 
     def run(self, command: str, config: SandboxConfig) -> SandboxResult:
