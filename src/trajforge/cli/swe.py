@@ -137,10 +137,11 @@ def judge_command(
     if json_out:
         print_json(report.model_dump())
         return
+    f2p, p2p = report.FAIL_TO_PASS, report.PASS_TO_PASS
     console.print(
-        f"{item.instance_id}: {report.status} (FAIL_TO_PASS {len(report.FAIL_TO_PASS.success)} pass, "
-        f"{len(report.FAIL_TO_PASS.failure)} fail; PASS_TO_PASS {len(report.PASS_TO_PASS.success)} "
-        f"pass, {len(report.PASS_TO_PASS.failure)} fail; {report.seconds} s)",
+        f"{item.instance_id}: {report.status} (FAIL_TO_PASS {len(f2p.success)} pass, "
+        f"{len(f2p.failure)} fail; PASS_TO_PASS {len(p2p.success)} pass, {len(p2p.failure)} "
+        f"fail; {report.seconds} s)",
         markup=False,
     )
 

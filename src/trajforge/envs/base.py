@@ -12,6 +12,7 @@ Opt-in abilities are small protocols, checked with `isinstance`:
 - `StateHashing`: a hash of its state and the records that changed;
 - `EndsEpisodes`: can end the episode itself (`done`);
 - `UserFacts`: what the task's user can tell about themselves;
+- `ComparesSubmission`: compares its final state with a recorded submission;
 - `ServesTasks`: says which tasks it has no data for;
 - `TextActions`: actions written in the assistant's text (mini-swe-agent's bash blocks).
 
@@ -166,6 +167,15 @@ class TextActions(Protocol):
     def comparable(self, output: str) -> str:
         """An output with what differs between machines (times, paths) normalized, for
         comparing a replayed output with the recorded one."""
+        ...
+
+
+@runtime_checkable
+class ComparesSubmission(Protocol):
+    """Optional: compares its final state with a recorded submission (a SWE run's diff)."""
+
+    def submission_matches(self, submission: str | None) -> bool | None:
+        """Whether the state equals `submission`; None when there is none to compare."""
         ...
 
 

@@ -13,7 +13,14 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from trajforge.envs.base import Environment, Oracle, ServesTasks, StateHashing, TextActions
+from trajforge.envs.base import (
+    ComparesSubmission,
+    Environment,
+    Oracle,
+    ServesTasks,
+    StateHashing,
+    TextActions,
+)
 from trajforge.envs.making import make_env
 from trajforge.envs.registry import ENVIRONMENTS
 from trajforge.errors import UserError
@@ -119,6 +126,9 @@ class RunReplay(BaseModel):
     exact: int
     faulted: int = Field(default=0, description="Calls with an injected fault, not compared.")
     outcome_agree: bool
+    final_state_agree: bool | None = Field(
+        default=None, description="Final state equals the recorded submission (None: none)."
+    )
     recorded_reward: float | None
     replayed_reward: float | None
     mismatches: list[Mismatch]
@@ -150,6 +160,11 @@ def replay_run(trajectory: Trajectory, env: Environment | None = None) -> RunRep
                     trajectory_id=trajectory.id, message_index=index, tool=call.name, reason=reason
                 )
             )
+    final = (
+        env.submission_matches(trajectory.task.data.get("submission"))
+        if isinstance(env, ComparesSubmission)
+        else None
+    )
     outcome = env.evaluate()
     recorded_reward = trajectory.outcome.reward
     agree = recorded_reward is not None and outcome.reward == recorded_reward
@@ -170,6 +185,7 @@ def replay_run(trajectory: Trajectory, env: Environment | None = None) -> RunRep
         exact=compared - sum(m.message_index is not None for m in mismatches),
         faulted=len(answered) - compared,
         outcome_agree=agree,
+        final_state_agree=final,
         recorded_reward=recorded_reward,
         replayed_reward=outcome.reward,
         mismatches=mismatches,
@@ -198,6 +214,10 @@ class ReplaySummary(BaseModel):
     exact_ratio: float = Field(description="exact / calls (1.0 when there are no calls).")
     faulted: int = Field(default=0, description="Calls with an injected fault (not compared).")
     outcome_agree: int = Field(description="Runs whose evaluation equals the recorded reward.")
+    final_state_compared: int = Field(default=0, description="Runs with a recorded submission.")
+    final_state_agree: int = Field(
+        default=0, description="Of those, runs whose final state equals the submission."
+    )
     skipped: int = Field(description="Runs of environments that cannot be replayed.")
     skipped_environments: list[str] = Field(description="Those environments.")
     by_environment: dict[str, dict[str, int]] = Field(
@@ -245,6 +265,8 @@ def replay_many(trajectories: Iterable[Trajectory], explicit: bool = False) -> R
         exact_ratio=exact / calls if calls else 1.0,
         faulted=sum(r.faulted for r in reports),
         outcome_agree=sum(r.outcome_agree for r in reports),
+        final_state_compared=sum(r.final_state_agree is not None for r in reports),
+        final_state_agree=sum(bool(r.final_state_agree) for r in reports),
         skipped=len(skipped),
         skipped_environments=sorted(set(skipped)),
         by_environment={

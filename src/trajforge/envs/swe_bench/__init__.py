@@ -3,7 +3,12 @@ harness judges (see README.md)."""
 
 from trajforge.envs.swe_bench.build import BuildError, EnvSpec, ensure_env, spec_for
 from trajforge.envs.swe_bench.env import SweBenchConfig, SweBenchEnv, bash_call, task_for
-from trajforge.envs.swe_bench.instances import Instance, get_instance, load_instances
+from trajforge.envs.swe_bench.instances import (
+    Instance,
+    get_instance,
+    load_instances,
+    select_instances,
+)
 from trajforge.envs.swe_bench.judge import JudgeReport, judge_patch
 
 __all__ = [
@@ -18,6 +23,7 @@ __all__ = [
     "get_instance",
     "judge_patch",
     "load_instances",
+    "select_instances",
     "spec_for",
     "task_for",
 ]

@@ -30,8 +30,11 @@ AGENT_ENV = {
     "LESS": "-R",
     "PIP_PROGRESS_BAR": "off",
     "TQDM_DISABLE": "1",
+    "USER": "root",
+    "LOGNAME": "root",
 }
-"""What commands see (mini-swe-agent's SWE-bench settings: pagers off, progress bars off)."""
+"""What commands see: mini-swe-agent's SWE-bench settings (pagers and progress bars off),
+and the user name of the SWE-bench images (the sandbox's user has no passwd entry)."""
 SILENT_HOSTS = ("10.255.255.1",)
 """requests' timeout tests expect connecting there to hang (as in the SWE-bench images)."""
 SETUP_SANDBOX = SandboxConfig(timeout_s=120, memory_mb=4096, total_memory_mb=4096)
