@@ -54,10 +54,11 @@ def recorded_actions(
     return found
 
 
-def same_output(env: Environment, recorded: str, replayed: str) -> bool:
+def compared_forms(env: Environment, recorded: str, replayed: str) -> tuple[str, str]:
+    """The two outputs as compared: normalized where the environment normalizes them."""
     if isinstance(env, TextActions):
-        return env.comparable(recorded) == env.comparable(replayed)
-    return recorded == replayed
+        return env.comparable(recorded), env.comparable(replayed)
+    return recorded, replayed
 
 
 UNEXECUTED_FAULTS = frozenset({"transient", "persistent"})
@@ -153,8 +154,9 @@ def replay_run(trajectory: Trajectory, env: Environment | None = None) -> RunRep
         if index in faults:
             continue
         compared += 1
-        if not same_output(env, recorded.text(), replayed):
-            reason = describe_difference(recorded.text(), replayed)
+        left, right = compared_forms(env, recorded.text(), replayed)
+        if left != right:
+            reason = describe_difference(left, right)
             mismatches.append(
                 Mismatch(
                     trajectory_id=trajectory.id, message_index=index, tool=call.name, reason=reason

@@ -199,7 +199,8 @@ def _bwrap_argv(workspace: Path, command: list[str], layout: Layout = DEFAULT_LA
         "--inh-caps=-all", "--bounding-set=-all",
     ]  # fmt: skip
     return [
-        "bwrap", *_system_binds(), "--dev", "/dev", "--proc", "/proc", "--perms", "01777", "--tmpfs", "/tmp",
+        "bwrap", *_system_binds(), "--dev", "/dev", "--proc", "/proc",
+        "--perms", "01777", "--tmpfs", "/tmp",
         *_interpreter_binds(), *_layout_binds(layout), *_folders(Path(ws)),
         "--bind", str(workspace), ws, *_namespaces(layout),
         "--die-with-parent", "--new-session", "--chdir", ws, "--",

@@ -46,6 +46,8 @@ LONG_OUTPUT = 10_000
 _BASH_BLOCK = re.compile(r"```bash\s*\n(.*?)\n```", re.S)
 _DURATION = re.compile(r"\b\d+(\.\d+)?\s?(s|sec|seconds|ms)\b")
 _WARNING = re.compile(r"<warning>.*?</warning>", re.S)
+_PYTHON_PATCH = re.compile(r"\b(Python \d+\.\d+)\.\d+")
+_BLOB_IDS = re.compile(r"^index [0-9a-f]{7,40}\.\.[0-9a-f]{7,40}", re.M)
 RECORDED_VENV = "/opt/miniconda3/envs/testbed"
 """Where the SWE-bench images keep the environment that `/venv` is here."""
 SYSTEM_PROMPT = (
@@ -182,9 +184,13 @@ class SweBenchEnv(EnvironmentBase):
         return Message(role="user", content=result.content)
 
     def comparable(self, output: str) -> str:
-        """Durations, the environment's path and the long-output warning normalized."""
+        """Durations, the environment's path, the Python patch level (the images' Pythons
+        are newer patch releases), abbreviated blob ids in diffs (their length depends on the
+        repository's size) and the long-output warning normalized."""
         text = _WARNING.sub("<warning/>", output.replace(RECORDED_VENV, "/venv"))
         text = _DURATION.sub("<duration>", text)
+        text = _PYTHON_PATCH.sub(r"\1", text)
+        text = _BLOB_IDS.sub("index <blobs>", text)
         return "\n".join(line.rstrip() for line in text.strip().splitlines())
 
     def gold_patch(self) -> str:
@@ -194,7 +200,7 @@ class SweBenchEnv(EnvironmentBase):
         """Whether the worktree's diff equals a recorded submission (None: none recorded)."""
         if not submission:
             return None
-        return self.diff().strip() == submission.strip()
+        return self.comparable(self.diff()) == self.comparable(submission)
 
     # -- tools ---------------------------------------------------------------------------
     def step(self, call: ToolCall) -> StepResult:

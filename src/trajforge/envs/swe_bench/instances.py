@@ -98,14 +98,17 @@ def select_instances(
     ids: list[str] | None = None,
     folder: str | Path | None = None,
 ) -> list[Instance]:
-    """Instances by id, else those of the repositories (`owner/name` or `name`), else all."""
-    if ids:
-        return [get_instance(i, folder) for i in ids]
+    """The instances of the repositories (`owner/name` or `name`) and the ids given, in the
+    data file's order; all of them when neither is given."""
     every = list(load_instances(folder).values())
-    if not repos:
+    if not repos and not ids:
         return every
-    chosen = [i for i in every if i.repo in repos or i.repo.split("/")[1] in repos]
-    if not chosen:
+    wanted = {get_instance(i, folder).instance_id for i in ids or []}
+    chosen = [
+        i for i in every if i.instance_id in wanted or i.repo in (repos or [])
+        or i.repo.split("/")[1] in (repos or [])
+    ]  # fmt: skip
+    if repos and not any(i.repo in repos or i.repo.split("/")[1] in repos for i in chosen):
         known = ", ".join(sorted({i.repo for i in every}))
         raise UserError(f"no instances of {', '.join(repos)} (repositories: {known})")
     return chosen
