@@ -93,6 +93,12 @@ def commit_setup(target: Path) -> None:
     git(target, *IDENTITY, "commit", "--quiet", "--allow-empty", "-am", "SWE-bench")
 
 
+def point_alternates(target: Path, mirror_inside: str) -> None:
+    """Make the worktree find the shared objects where the sandbox shows the mirror (after
+    this, git works on it only inside the sandbox)."""
+    (target / ".git/objects/info/alternates").write_text(f"{mirror_inside}/objects\n")
+
+
 def untracked_files(target: Path) -> list[str]:
     """Files the install left in the tree that git ignores (egg-info, generated version
     files, build/), not caches of compiled Python; files it does not ignore would show in

@@ -35,6 +35,9 @@ AGENT_ENV = {
 }
 """What commands see: mini-swe-agent's SWE-bench settings (pagers and progress bars off),
 and the user name of the SWE-bench images (the sandbox's user has no passwd entry)."""
+MIRROR_AT = "/mirror.git"
+"""Where the sandbox sees the repository mirror whose objects the worktree shares (a fixed
+path: a host path under /tmp would put root's folders in the sandbox's own /tmp)."""
 SILENT_HOSTS = ("10.255.255.1",)
 """requests' timeout tests expect connecting there to hang (as in the SWE-bench images)."""
 SETUP_SANDBOX = SandboxConfig(timeout_s=120, memory_mb=4096, total_memory_mb=4096)
@@ -63,18 +66,18 @@ class Testbed:
         repos.restore_extras(env.folder / "extras.tar", testbed.path)
         commands = [c for c in instance.pre_install if "apt-get" not in c]
         if commands:
-            testbed.run("\n".join(commands), SETUP_SANDBOX)
+            testbed.run("\n".join(commands), SETUP_SANDBOX, mirror_at_host=True)
         repos.commit_setup(testbed.path)
+        repos.point_alternates(testbed.path, MIRROR_AT)
         return testbed
 
-    def layout(self) -> Layout:
+    def layout(self, mirror_at_host: bool = False) -> Layout:
         prefix = str(self.env.python_prefix)
-        mirror = str(self.mirror)
         return Layout(
             workspace_at=TESTBED,
             read_only=[
                 (prefix, prefix),
-                (mirror, mirror),
+                (str(self.mirror), str(self.mirror) if mirror_at_host else MIRROR_AT),
                 (str(self.env.venv), VENV),
                 (str(self.inputs), "/judge"),
             ],
@@ -82,9 +85,13 @@ class Testbed:
             silent_hosts=list(SILENT_HOSTS),
         )
 
-    def run(self, command: str, config: SandboxConfig) -> SandboxResult:
-        """`bash -c command` in `/testbed`, confined."""
-        return run_sandboxed(["bash", "-c", command], self.path, config, self.layout())
+    def run(
+        self, command: str, config: SandboxConfig, mirror_at_host: bool = False
+    ) -> SandboxResult:
+        """`bash -c command` in `/testbed`, confined (`mirror_at_host`: during the setup,
+        before the worktree's objects point at the sandbox's mirror path)."""
+        layout = self.layout(mirror_at_host)
+        return run_sandboxed(["bash", "-c", command], self.path, config, layout)
 
     def diff(self) -> str:
         """The worktree's changes since the setup commit, new files included (what
