@@ -144,3 +144,14 @@ def test_a_build_killed_midway_is_never_used_and_is_cleaned(tmp_path: Path) -> N
     assert build_once(final, good) and is_complete(final)
     assert list(final.parent.glob(".tmp-*")) == [] and time.monotonic() - started < 5
     assert not build_once(final, good)  # built once
+
+
+def test_the_ui_offers_the_gold_expert_first_on_swe_bench_runs(shared_data: Path) -> None:
+    from trajforge.importers.mini_swe_agent import MiniSweAgentImporter
+    from trajforge.web.forking import default_policy, fork_form
+
+    run = shared_data / "swe-bench-verified/mini-swe-agent_gemini-3-pro/trajs/pallets__flask-5014"
+    parent = next(MiniSweAgentImporter().read(run / "pallets__flask-5014.traj.json")).with_id()
+    assert default_policy(parent) == "gold"
+    form = fork_form(parent, 4, Path("runs.db"))
+    assert "--policy gold" in form and "<select name=policy><option>gold</option>" in form
