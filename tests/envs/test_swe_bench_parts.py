@@ -78,14 +78,21 @@ def test_outputs_compare_without_what_differs_between_machines() -> None:
     env = SweBenchEnv()
     recorded = (
         "platform linux -- Python 3.11.10, pytest-7.3.0\n1 passed in 0.31s\n"
-        "index eb50585d..1585e706 100644\n/opt/miniconda3/envs/testbed/lib/x.py"
+        "index eb50585d..1585e706 100644\n/opt/miniconda3/envs/testbed/lib/x.py\n"
+        "total 124\ndrwxrwxrwx 1 root root  4096 Oct 24  2024 .\n"
+        'File "/venv/lib/python3.9/http/client.py", CPython/3.9.20'
     )
     replayed = (
         "platform linux -- Python 3.11.7, pytest-7.3.0\n1 passed in 0.05s\n"
-        "index eb50585..1585e70 100644\n/venv/lib/x.py"
+        "index eb50585..1585e70 100644\n/venv/lib/x.py\n"
+        "total 116\ndrwxr-xr-x  7 65534 65534  4096 Dec  1 21:19 .\n"
+        'File "/root/.pyenv/versions/3.9.18/lib/python3.9/http/client.py", CPython/3.9.18'
     )
     assert env.comparable(recorded) == env.comparable(replayed)
     assert env.comparable("1 passed") != env.comparable("1 failed")
+    assert env.comparable("-rw-r--r-- 1 root root 10 Oct 24  2024 a.py") != env.comparable(
+        "-rw-r--r-- 1 root root 12 Oct 24  2024 a.py"
+    )  # sizes still count
 
 
 def test_instances_share_an_environment_when_their_recipe_is_equal() -> None:

@@ -37,7 +37,7 @@ from trajforge.envs.swe_bench.cache import COMPLETE, build_once, content_key, is
 from trajforge.envs.swe_bench.instances import Instance
 from trajforge.errors import UserError
 
-RECIPE = 2
+RECIPE = 3
 """Bump when the build steps change: every environment is then built anew."""
 VENV = "/venv"
 TESTBED = "/testbed"

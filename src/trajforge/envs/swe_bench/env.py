@@ -46,7 +46,12 @@ LONG_OUTPUT = 10_000
 _BASH_BLOCK = re.compile(r"```bash\s*\n(.*?)\n```", re.S)
 _DURATION = re.compile(r"\b\d+(\.\d+)?\s?(s|sec|seconds|ms)\b")
 _WARNING = re.compile(r"<warning>.*?</warning>", re.S)
-_PYTHON_PATCH = re.compile(r"\b(Python \d+\.\d+)\.\d+")
+_PYTHON_PATCH = re.compile(r"\b((?:C?Python|python)[ /]?\d+\.\d+)\.\d+")
+_PYENV_PREFIX = re.compile(r"/\S*?/\.pyenv/versions/\d+\.\d+\.\d+/")
+_LS_LONG = re.compile(
+    r"^[-dlcbps][-rwxsStT]{9}[.+@]?\s+\d+\s+\S+\s+\S+\s+(\d+)\s+\w{3}\s+\d+\s+[\d:]+\s", re.M
+)
+_LS_TOTAL = re.compile(r"^total \d+$", re.M)
 _BLOB_IDS = re.compile(r"^index [0-9a-f]{7,40}\.\.[0-9a-f]{7,40}", re.M)
 RECORDED_VENV = "/opt/miniconda3/envs/testbed"
 """Where the SWE-bench images keep the environment that `/venv` is here."""
@@ -184,10 +189,13 @@ class SweBenchEnv(EnvironmentBase):
         return Message(role="user", content=result.content)
 
     def comparable(self, output: str) -> str:
-        """Durations, the environment's path, the Python patch level (the images' Pythons
-        are newer patch releases), abbreviated blob ids in diffs (their length depends on the
-        repository's size) and the long-output warning normalized."""
+        """Durations, the environment's and interpreter's paths, the Python patch level
+        (the images' Pythons are newer patch releases), `ls -l`'s modes, owners and dates,
+        abbreviated blob ids in diffs (their length depends on the repository's size) and
+        the long-output warning normalized."""
         text = _WARNING.sub("<warning/>", output.replace(RECORDED_VENV, "/venv"))
+        text = _PYENV_PREFIX.sub("/venv/", text)
+        text = _LS_LONG.sub(r"<entry \1> ", _LS_TOTAL.sub("total <blocks>", text))
         text = _DURATION.sub("<duration>", text)
         text = _PYTHON_PATCH.sub(r"\1", text)
         text = _BLOB_IDS.sub("index <blobs>", text)
