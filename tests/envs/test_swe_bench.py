@@ -117,3 +117,24 @@ def test_the_agent_has_no_network_and_sees_no_host_files(
     read = env.step(ToolCall(id="", name="read", arguments='{"path": "link"}'))
     assert read.error and "outside /testbed" in read.content
     assert "requests/new_file.py" in env.diff()  # the diff, read in the sandbox
+
+
+def test_the_gold_oracle_and_a_handoff_on_a_real_instance(
+    env: SweBenchEnv, cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from trajforge.rollout.factory import AgentSpec
+    from trajforge.rollout.handoff import HandoffConfig, agent_factory, evaluate_handoff
+
+    task = env.task_by_id(INSTANCE)
+    env.reset(task)
+    assert env.distance() == 2
+    monkeypatch.setenv("TRAJFORGE_SWE_BENCH_CACHE", str(cache))
+    result = evaluate_handoff(
+        "swe-bench",
+        [task],
+        agent_factory(AgentSpec(policy="expert")),
+        agent_factory(AgentSpec(policy="gold")),
+        HandoffConfig(k=1),
+    )
+    run = result.runs[0]
+    assert (run.reached, run.distance_at_handoff, run.solved) == (True, 1, True)

@@ -20,6 +20,9 @@ worktree. `snapshot()` is that diff; `restore` applies it to a fresh worktree.
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import random
 import re
 from pathlib import Path
 from typing import Any
@@ -116,6 +119,35 @@ def observation_text(returncode: int, output: str) -> str:
     )
 
 
+_PATCH_END = "TRAJFORGE_GOLD_PATCH"
+
+
+def apply_command(patch: str) -> str:
+    """A bash command that resets the worktree and applies `patch` (in a here-document, or
+    base64 when its text could end the bash block or the document early)."""
+    reset = "git checkout -q -- . && git clean -fdq && "
+    if "```" in patch or _PATCH_END in patch:
+        encoded = base64.b64encode(patch.encode()).decode()
+        return f"{reset}echo {encoded} | base64 -d | git apply --verbose"
+    return f"{reset}git apply --verbose <<'{_PATCH_END}'\n{patch.rstrip(chr(10))}\n{_PATCH_END}"
+
+
+def bash_message(thought: str, command: str) -> Message:
+    """An assistant message as mini-swe-agent writes them: a thought and one bash block."""
+    return Message(role="assistant", content=f"THOUGHT: {thought}\n\n```bash\n{command}\n```")
+
+
+def changed_lines(patch: str) -> list[str]:
+    """What a patch changes: its files and added/removed lines (not index lines, hunk
+    positions or context, which differ between equal changes made in different ways)."""
+    return [
+        line
+        for line in patch.splitlines()
+        if line.startswith("diff --git")
+        or (line[:1] in "+-" and line and not line.startswith(("+++ ", "--- ")))
+    ]
+
+
 def bash_call(message: Message) -> ToolCall | None:
     """The command of an assistant message with exactly one ```bash block."""
     if message.role != "assistant" or message.tool_calls:
@@ -128,8 +160,8 @@ def bash_call(message: Message) -> ToolCall | None:
 
 
 class SweBenchEnv(EnvironmentBase):
-    """See module docstring. Implements Environment, TaskLookup, TextActions and
-    GoldPatchSource."""
+    """See module docstring. Implements Environment, TaskLookup, TaskSet, Oracle (the
+    gold patch's way), TextActions and GoldPatchSource."""
 
     name = NAME
 
@@ -138,6 +170,7 @@ class SweBenchEnv(EnvironmentBase):
         self._testbed: Testbed | None = None
         self.submission: str | None = None
         self.done = False
+        self._verdicts: dict[str, bool] = {}
 
     @property
     def testbed(self) -> Testbed:
@@ -203,6 +236,40 @@ class SweBenchEnv(EnvironmentBase):
 
     def gold_patch(self) -> str:
         return self.testbed.instance.patch
+
+    # -- oracle and task set ---------------------------------------------------------------
+    def tasks(self, count: int | None = None, seed: int = 0) -> list[Task]:
+        """The data folder's instances (shuffled by `seed` when it is not 0)."""
+        instances = list(load_instances(self.config.data).values())
+        if seed:
+            random.Random(seed).shuffle(instances)
+        return [task_for(i) for i in instances[:count]]
+
+    def _at_gold(self) -> bool:
+        return changed_lines(self.diff()) == changed_lines(self.gold_patch())
+
+    def distance(self) -> int | None:
+        """After the submission: 0 when the judge resolves it, else None (the episode is
+        over). Before: 1 when the worktree holds the gold patch (submit), else 2 (reset and
+        apply it, submit)."""
+        if self.done:
+            return 0 if self._judged_submission() else None
+        return 1 if self._at_gold() else 2
+
+    def expert_action(self) -> Message | None:
+        if self.done:
+            return None
+        if self._at_gold():
+            return bash_message("The reference patch is applied; submit it.", SUBMIT_COMMAND)
+        command = apply_command(self.gold_patch())
+        return bash_message("Reset the worktree and apply the reference patch.", command)
+
+    def _judged_submission(self) -> bool:
+        patch = self.submission or ""
+        key = hashlib.sha256(patch.encode()).hexdigest()
+        if key not in self._verdicts:
+            self._verdicts[key] = self.judge(patch).resolved
+        return self._verdicts[key]
 
     def submission_matches(self, submission: str | None) -> bool | None:
         """Whether the worktree's diff equals a recorded submission (None: none recorded)."""
