@@ -61,15 +61,22 @@ class Testbed:
     ) -> Testbed:
         folder = Path(tempfile.mkdtemp(prefix="swe-bench-", dir=workdir)).resolve()
         testbed = cls(instance, env, mirror, folder)
-        testbed.inputs.mkdir()
-        repos.checkout(instance, mirror, testbed.path)
-        repos.restore_extras(env.folder / "extras.tar", testbed.path)
-        commands = [c for c in instance.pre_install if "apt-get" not in c]
-        if commands:
-            testbed.run("\n".join(commands), SETUP_SANDBOX, mirror_at_host=True)
-        repos.commit_setup(testbed.path)
-        repos.point_alternates(testbed.path, MIRROR_AT)
+        try:
+            testbed._set_up()
+        except BaseException:
+            testbed.close()
+            raise
         return testbed
+
+    def _set_up(self) -> None:
+        self.inputs.mkdir()
+        repos.checkout(self.instance, self.mirror, self.path)
+        repos.restore_extras(self.env.folder / "extras.tar", self.path)
+        commands = [c for c in self.instance.pre_install if "apt-get" not in c]
+        if commands:
+            self.run("\n".join(commands), SETUP_SANDBOX, mirror_at_host=True)
+        repos.commit_setup(self.path)
+        repos.point_alternates(self.path, MIRROR_AT)
 
     def layout(self, mirror_at_host: bool = False) -> Layout:
         prefix = str(self.env.python_prefix)
