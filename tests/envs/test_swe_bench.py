@@ -138,3 +138,24 @@ def test_the_gold_oracle_and_a_handoff_on_a_real_instance(
     )
     run = result.runs[0]
     assert (run.reached, run.distance_at_handoff, run.solved) == (True, 1, True)
+
+
+def test_cli_validate_table_json_and_a_bad_name(cache: Path) -> None:
+    import json
+
+    from typer.testing import CliRunner
+
+    from trajforge.cli.main import app
+
+    runner = CliRunner()
+    shown = runner.invoke(app, ["swe", "validate", "--instance", INSTANCE, "--cache", str(cache)])
+    assert shown.exit_code == 0, shown.output
+    assert "psf/requests" in shown.output and "[1/1] psf__requests-6028: validated" in shown.output
+    as_json = runner.invoke(
+        app, ["swe", "validate", "--instance", INSTANCE, "--cache", str(cache), "--json"]
+    )
+    data = json.loads(as_json.stdout)
+    assert data["by_repository"] == {"psf/requests": {"instances": 1, "validated": 1}}
+    refused = runner.invoke(app, ["swe", "validate", "--instance", "psf__requests-0"])
+    assert refused.exit_code == 1
+    assert refused.output.startswith("error: no SWE-bench instance 'psf__requests-0'")
