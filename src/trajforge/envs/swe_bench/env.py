@@ -161,7 +161,7 @@ def bash_call(message: Message) -> ToolCall | None:
 
 class SweBenchEnv(EnvironmentBase):
     """See module docstring. Implements Environment, TaskLookup, TaskSet, Oracle (the
-    gold patch's way), TextActions and GoldPatchSource."""
+    gold patch's way), StateHashing (the worktree's diff), TextActions and GoldPatchSource."""
 
     name = NAME
 
@@ -263,6 +263,25 @@ class SweBenchEnv(EnvironmentBase):
             return bash_message("The reference patch is applied; submit it.", SUBMIT_COMMAND)
         command = apply_command(self.gold_patch())
         return bash_message("Reset the worktree and apply the reference patch.", command)
+
+    def state_hash(self) -> str:
+        """A hash of what the worktree changes (equal changes, equal hashes)."""
+        return hashlib.sha256("\n".join(changed_lines(self.diff())).encode()).hexdigest()[:16]
+
+    def changed_records(self) -> list[dict[str, Any]]:
+        """Per changed file (table `files`, key its path): lines added and removed, and its
+        part of the diff."""
+        records: list[dict[str, Any]] = []
+        for part in ("\n" + self.diff()).split("\ndiff --git a/")[1:]:
+            lines = part.splitlines()
+            body = [line for line in lines[1:] if not line.startswith(("+++ ", "--- "))]
+            change = {
+                "added": sum(line.startswith("+") for line in body),
+                "removed": sum(line.startswith("-") for line in body),
+                "diff": "diff --git a/" + part.strip("\n"),
+            }
+            records.append({"table": "files", "key": lines[0].split(" b/", 1)[0], "record": change})
+        return records
 
     def _judged_submission(self) -> bool:
         patch = self.submission or ""
