@@ -40,6 +40,8 @@ def test_pytest_log_statuses_and_the_harness_names() -> None:
     assert statuses["tests/test_a.py::test_space[a"] == "FAILED"  # the harness's first word
     assert statuses["tests/test_a.py::test_paths[/test_a.py]"] == "PASSED"  # a path parameter
     assert statuses["tests/test_a.py::test_broken"] == "ERROR"
+    coloured = parse_pytest("\x1b[32mPASSED\x1b[0m tests/t.py::\x1b[1mtest_x\x1b[0m")
+    assert coloured == {"tests/t.py::test_x": "PASSED"}
 
 
 def test_sympy_log_statuses() -> None:

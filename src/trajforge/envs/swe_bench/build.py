@@ -7,9 +7,12 @@ so instances that share them share one build. It is made in the sandbox with the
 (pip reaches PyPI) but nothing else of the host: a clone of the base commit at `/testbed`,
 the new virtual environment at `/venv` (the path it will always be seen at, so its scripts
 and the editable install's links hold), pip's download cache, the pyenv Python read-only.
-Steps, as the SWE-bench harness's: `python -m venv`, pip/setuptools/wheel at the versions of
-the harness's conda base, the `pip` pins, the `pip_from_conda` pins (one by one when the
-batch fails: not all exist on PyPI; skipped ones are recorded), `pre_install`, `install`.
+Steps, as the SWE-bench harness's: `python -m venv` (for instances tested with `tox
+--current-env`, sphinx's, a copy of the Python installation instead: tox runs the real
+interpreter behind the venv's link, which would not see the venv's packages),
+pip/setuptools/wheel at the versions of the harness's conda base, the `pip` pins, the
+`pip_from_conda` pins (one by one when the batch fails: not all exist on PyPI; skipped ones
+are recorded), `pre_install`, `install`.
 What the install left in the tree (egg-info, a generated `_version.py`) is kept as
 `extras.tar` and unpacked into every worktree of the environment.
 
@@ -27,6 +30,7 @@ import shlex
 import shutil
 import time
 from pathlib import Path
+from typing import Literal
 
 import orjson
 from pydantic import BaseModel, Field
@@ -69,10 +73,18 @@ class EnvSpec(BaseModel):
     pre_install: list[str]
     install: str
     scm_version: str | None = None
+    interpreter: Literal["venv", "copy"] = Field(
+        default="venv",
+        description="`/venv` a virtual environment, or a copy of the Python installation "
+        "(for `tox --current-env`, which runs the real interpreter behind a venv's link).",
+    )
     recipe: int = RECIPE
 
     def key(self) -> str:
-        return content_key(orjson.dumps(self.model_dump(), option=orjson.OPT_SORT_KEYS))
+        data = self.model_dump()
+        if data["interpreter"] == "venv":  # at its default it does not enter the key
+            del data["interpreter"]
+        return content_key(orjson.dumps(data, option=orjson.OPT_SORT_KEYS))
 
 
 def pyenv_root() -> Path:
@@ -111,6 +123,7 @@ def spec_for(instance: Instance) -> EnvSpec:
         pre_install=list(instance.pre_install),
         install=instance.install,
         scm_version=scm,
+        interpreter="copy" if "--current-env" in instance.test_cmd else "venv",
     )
 
 
@@ -235,7 +248,11 @@ def _build(instance: Instance, spec: EnvSpec, mirror: Path, cache: Path, tempora
     layout = build_layout(spec, cache, temporary, mirror)
     builder = _Builder(instance, layout, source, temporary / "build.log")
     prefix = pyenv_root() / "versions" / spec.python
-    builder.run("venv", f"{prefix}/bin/python3 -m venv {VENV}")
+    if spec.interpreter == "copy":
+        shutil.copytree(prefix, temporary / "venv", symlinks=True, dirs_exist_ok=True)
+        hand_over(temporary / "venv")
+    else:
+        builder.run("venv", f"{prefix}/bin/python3 -m venv {VENV}")
     builder.pip(spec.base_packages, "base packages")
     builder.pip(spec.packages, "pip")
     builder.optional(spec.optional_packages)

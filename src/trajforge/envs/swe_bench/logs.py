@@ -1,7 +1,8 @@
 """Per-test results from a test log, in each repository's format, and the SWE-bench grade.
 
 - `pytest` (`-rA` short summary, also inside sphinx's tox output): `PASSED name`,
-  `FAILED name - message`, `ERROR`, `SKIPPED`, `XFAIL`, `XPASS` at the start of a line.
+  `FAILED name - message`, `ERROR`, `SKIPPED`, `XFAIL`, `XPASS` at the start of a line
+  (terminal colours removed: tox colours pytest's output).
   SWE-bench's parser names a test by the first word after the status, so a parametrized
   id with spaces is known by its first word there; both the whole id and that word are
   kept here, and a listed test is looked up by either. A parameter that is a path is
@@ -26,6 +27,7 @@ from pydantic import BaseModel, Field
 PYTEST_STATUSES = ("PASSED", "FAILED", "ERROR", "SKIPPED", "XFAIL", "XPASS")
 PASSING = frozenset({"PASSED", "XFAIL"})
 FAILING = frozenset({"FAILED", "ERROR"})
+_COLOR = re.compile(r"\x1b\[[0-9;]*m")
 _PATH_PARAMETER = re.compile(r"\[/.*/([^/\]]*)\]$")
 _SYMPY_HEADER = re.compile(r"_+ (\S+\.py):(\S+) _+")
 _SYMPY_RESULT = re.compile(r"^(test_\S+)\s+(ok|F|E|f|s|X|w)\s*$")
@@ -34,7 +36,7 @@ _SYMPY_STATUS = {"ok": "PASSED", "F": "FAILED", "E": "ERROR", "f": "XFAIL", "s":
 
 def parse_pytest(log: str) -> dict[str, str]:
     statuses: dict[str, str] = {}
-    for raw in log.splitlines():
+    for raw in _COLOR.sub("", log).splitlines():
         line = raw.strip()
         status = next((s for s in PYTEST_STATUSES if line.startswith(s + " ")), None)
         if status is None:
