@@ -12,6 +12,7 @@ Opt-in abilities are small protocols, checked with `isinstance`:
 - `StateHashing`: a hash of its state and the records that changed;
 - `EndsEpisodes`: can end the episode itself (`done`);
 - `UserFacts`: what the task's user can tell about themselves;
+- `RequiredOutputs`: what the agent must state for the task to succeed, and whether it has;
 - `ComparesSubmission`: compares its final state with a recorded submission;
 - `ServesTasks`: says which tasks it has no data for;
 - `TextActions`: actions written in the assistant's text (mini-swe-agent's bash blocks).
@@ -139,6 +140,15 @@ class UserFacts(Protocol):
     """Optional: what the task's user can tell about themselves (a scripted user's lines)."""
 
     def user_facts(self) -> dict[str, str]: ...
+
+
+@runtime_checkable
+class RequiredOutputs(Protocol):
+    """Optional: answers the agent must state to the user (judged in the bound conversation)."""
+
+    def required_outputs(self) -> list[str]: ...
+
+    def outputs_given(self) -> dict[str, bool]: ...
 
 
 @runtime_checkable
