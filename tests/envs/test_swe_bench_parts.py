@@ -162,5 +162,5 @@ def test_the_ui_offers_the_gold_expert_first_on_swe_bench_runs(shared_data: Path
     run = shared_data / "swe-bench-verified/mini-swe-agent_gemini-3-pro/trajs/pallets__flask-5014"
     parent = next(MiniSweAgentImporter().read(run / "pallets__flask-5014.traj.json")).with_id()
     assert default_policy(parent) == "gold"
-    form = fork_form(parent, 4, Path("runs.db"))
+    form = fork_form(parent, 4, Path("runs.db"), "")
     assert "--policy gold" in form and "<select name=policy><option>gold</option>" in form
