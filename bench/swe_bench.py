@@ -12,8 +12,8 @@ differ). With `--replay`, also re-execute the run's bash actions in the sandbox 
 output match after normalizing, final diff against the submission, outcome agreement).
 
 Resumable: each finished instance is appended to `<output>.partial.jsonl` and skipped on the
-next start; builds and validations are cached (`$TRAJFORGE_SWE_BENCH_CACHE`). The committed
-result says exactly which instances it covers.
+next start; builds and validations are cached (`$TRAJFORGE_SWE_BENCH_CACHE`). The result
+is rewritten after each instance and says exactly which instances it covers.
 """
 
 from __future__ import annotations
@@ -182,6 +182,7 @@ def main() -> None:
         with open(partial, "a") as handle:
             handle.write(json.dumps(row) + "\n")
         done.append(row)
+        write_summary(done, chosen, output)
         elapsed = time.monotonic() - started
         print(
             f"[{number}/{len(todo)}] {instance_id}: recorded {row['recorded_resolved']}, judged "
@@ -191,10 +192,17 @@ def main() -> None:
             file=sys.stderr,
             flush=True,
         )
+    summary = write_summary(done, chosen, output)
+    print(json.dumps(summary["verdict_agreement"]))
+
+
+def write_summary(done: list[dict[str, Any]], chosen: list[str], output: Path) -> dict[str, Any]:
+    """The result over the chosen instances finished so far (rewritten after each one)."""
     rows = [r for r in done if r["instance_id"] in set(chosen)]
     command = "python bench/swe_bench.py " + shlex.join(sys.argv[1:])
-    output.write_text(json.dumps(summarize(rows, command), indent=1) + "\n")
-    print(json.dumps(summarize(rows, command)["verdict_agreement"]))
+    summary = summarize(rows, command)
+    output.write_text(json.dumps(summary, indent=1) + "\n")
+    return summary
 
 
 if __name__ == "__main__":

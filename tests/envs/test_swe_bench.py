@@ -5,6 +5,7 @@ for host files) ends in a clear, recorded result. About a minute, most of it the
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import orjson
@@ -110,7 +111,7 @@ def test_the_agent_has_no_network_and_sees_no_host_files(
     )
     out = _bash(env, fetch)
     assert out.startswith("<returncode>1</returncode>") and "URLError" in out
-    out = _bash(env, f"ls {shared_data}; touch /usr/escape; echo done")
+    out = _bash(env, f"ls {shared_data} {sys.prefix}; touch /usr/escape; echo done")
     assert "No such file or directory" in out and "Read-only file system" in out
     assert not Path("/usr/escape").exists()
     _bash(env, "ln -s /etc/hostname link && echo x > requests/new_file.py")

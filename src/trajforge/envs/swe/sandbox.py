@@ -87,6 +87,9 @@ class Layout(BaseModel):
         default_factory=list, description="(host path, path inside) bound read-write."
     )
     network: bool = Field(default=False, description="Share the host's network (builds only).")
+    host_python: bool = Field(
+        default=True, description="Bind the interpreter running trajforge (the toy's tests use it)."
+    )
     env: dict[str, str] | None = Field(
         default=None, description="The command's environment (default: the toy's)."
     )
@@ -201,7 +204,8 @@ def _bwrap_argv(workspace: Path, command: list[str], layout: Layout = DEFAULT_LA
     return [
         "bwrap", *_system_binds(), "--dev", "/dev", "--proc", "/proc",
         "--perms", "01777", "--tmpfs", "/tmp",
-        *_interpreter_binds(), *_layout_binds(layout), *_folders(Path(ws)),
+        *(_interpreter_binds() if layout.host_python else []),
+        *_layout_binds(layout), *_folders(Path(ws)),
         "--bind", str(workspace), ws, *_namespaces(layout),
         "--die-with-parent", "--new-session", "--chdir", ws, "--",
         *_routes(layout), *(user if os.geteuid() == 0 else []), *command,

@@ -174,6 +174,7 @@ def build_layout(spec: EnvSpec, cache: Path, temporary: Path, mirror: Path) -> L
     prefix = pyenv_root() / "versions" / spec.python
     return Layout(
         workspace_at=TESTBED,
+        host_python=False,
         read_only=[(str(prefix), str(prefix)), (str(mirror), str(mirror))],
         writable=[(str(temporary / "venv"), VENV), (str(cache / "pip"), "/pip-cache")],
         network=True,

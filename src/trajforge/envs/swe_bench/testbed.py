@@ -82,6 +82,7 @@ class Testbed:
         prefix = str(self.env.python_prefix)
         return Layout(
             workspace_at=TESTBED,
+            host_python=False,
             read_only=[
                 (prefix, prefix),
                 (str(self.mirror), str(self.mirror) if mirror_at_host else MIRROR_AT),
