@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shlex
 import sys
 import time
@@ -79,6 +80,7 @@ def bench_instance(instance_id: str, runs: Path, cache: Path, replay: bool) -> d
         "validated": validation.validated,
         "validation_reason": validation.reason,
         "build_cold_s": build_s if cold else validation.build_s,
+        **_environment_of(instance_id, cache),
         "build_warm_s": warm_s,
         "reset_s": reset_s,
         "judge_s": judge_s,
@@ -91,6 +93,19 @@ def bench_instance(instance_id: str, runs: Path, cache: Path, replay: bool) -> d
     if replay:
         row["replay"] = _replay(traj_path)
     return row
+
+
+def _environment_of(instance_id: str, cache: Path) -> dict[str, Any]:
+    """The instance's environment: its key, the instance it was built for, its cold build time
+    (instances sharing an environment share that one build)."""
+    built = load_built(spec_for(get_instance(instance_id)), cache)
+    if built is None:
+        return {}
+    return {
+        "env_key": built.key,
+        "env_built_for": built.manifest["built_from"],
+        "env_build_s": built.manifest["seconds"],
+    }
 
 
 def _replay(path: Path) -> dict[str, Any]:
@@ -119,10 +134,20 @@ def summarize(rows: list[dict[str, Any]], command: str) -> dict[str, Any]:
     validated = [r for r in rows if r["validated"]]
     agree = sum(r["agree"] for r in validated)
     replays = [r["replay"] for r in rows if "replay" in r]
+    builds = {r["env_key"]: r["env_build_s"] for r in rows if "env_key" in r}
     summary: dict[str, Any] = {
         "command": command,
+        "environments": {
+            "built": len(builds),
+            "cold_build_s": sorted(builds.values()),
+            "warm_lookup_s_max": max((r["build_warm_s"] for r in rows), default=None),
+            "reset_s": sorted(r["reset_s"] for r in rows),
+            "judge_s": sorted(r["judge_s"] for r in rows),
+        },
         "subset": {
             "instances": [r["instance_id"] for r in rows],
+            "cpus": os.cpu_count(),
+            "load_average_at_write": [round(x, 1) for x in os.getloadavg()],
             "note": "the instances run on this machine so far; the rest of the shared runs "
             "are not covered by these figures",
         },
@@ -198,7 +223,12 @@ def main() -> None:
 
 def write_summary(done: list[dict[str, Any]], chosen: list[str], output: Path) -> dict[str, Any]:
     """The result over the chosen instances finished so far (rewritten after each one)."""
-    rows = [r for r in done if r["instance_id"] in set(chosen)]
+    cache = cache_dir()
+    rows = [
+        _environment_of(r["instance_id"], cache) | r
+        for r in done
+        if r["instance_id"] in set(chosen)
+    ]
     command = "python bench/swe_bench.py " + shlex.join(sys.argv[1:])
     summary = summarize(rows, command)
     output.write_text(json.dumps(summary, indent=1) + "\n")
