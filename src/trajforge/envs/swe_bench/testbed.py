@@ -38,6 +38,8 @@ and the user name of the SWE-bench images (the sandbox's user has no passwd entr
 MIRROR_AT = "/mirror.git"
 """Where the sandbox sees the repository mirror whose objects the worktree shares (a fixed
 path: a host path under /tmp would put root's folders in the sandbox's own /tmp)."""
+HOST_CONFIG = ("/etc/fonts",)
+"""System configuration the images have and plotting libraries read (fontconfig)."""
 SILENT_HOSTS = ("10.255.255.1",)
 """requests' timeout tests expect connecting there to hang (as in the SWE-bench images)."""
 SETUP_SANDBOX = SandboxConfig(timeout_s=120, memory_mb=4096, total_memory_mb=4096)
@@ -80,6 +82,7 @@ class Testbed:
 
     def layout(self, mirror_at_host: bool = False) -> Layout:
         prefix = str(self.env.python_prefix)
+        fonts = [(f, f) for f in HOST_CONFIG if Path(f).is_dir()]
         return Layout(
             workspace_at=TESTBED,
             host_python=False,
@@ -88,6 +91,7 @@ class Testbed:
                 (str(self.mirror), str(self.mirror) if mirror_at_host else MIRROR_AT),
                 (str(self.env.venv), VENV),
                 (str(self.inputs), "/judge"),
+                *fonts,
             ],
             env=dict(AGENT_ENV),
             silent_hosts=list(SILENT_HOSTS),
