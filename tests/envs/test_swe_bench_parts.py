@@ -164,3 +164,14 @@ def test_the_ui_offers_the_gold_expert_first_on_swe_bench_runs(shared_data: Path
     assert default_policy(parent) == "gold"
     form = fork_form(parent, 4, Path("runs.db"), "")
     assert "--policy gold" in form and "<select name=policy><option>gold</option>" in form
+
+
+def test_a_patch_is_applied_file_by_file() -> None:
+    from trajforge.envs.swe_bench.judge import split_by_file
+
+    patch = "diff --git a/x b/x\n--- a/x\n+++ b/x\n@@ -1 +1 @@\n-a\n+b\ndiff --git a/y b/y\n-c\n"
+    assert split_by_file(patch) == [
+        "diff --git a/x b/x\n--- a/x\n+++ b/x\n@@ -1 +1 @@\n-a\n+b\n",
+        "diff --git a/y b/y\n-c\n",
+    ]
+    assert split_by_file("--- a/x\n+++ b/x\n") == ["--- a/x\n+++ b/x\n"]

@@ -1,6 +1,7 @@
 """Judging a patch as the SWE-bench harness does.
 
-In a fresh worktree of the instance: apply the patch (`git apply`, else `patch --fuzz=5`),
+In a fresh worktree of the instance: apply the patch file by file (`git apply`, else
+`patch --fuzz=5`; a file whose changes the tree already holds is skipped),
 put the test files back to the base commit, apply the test patch, run the instance's test
 command on its test files within a time limit, parse the log per test and grade it
 (`logs.grade`). Every step runs in the sandbox without network; each way of failing is a
@@ -52,13 +53,35 @@ def test_command(instance: Instance) -> str:
     return f"{instance.test_cmd} {files}"
 
 
+APPLY_EACH = """
+for part in /judge/{name}-*.diff; do
+  if git apply --check "$part" 2>/dev/null; then git apply --verbose "$part" || exit 1
+  elif git apply --reverse --check "$part" 2>/dev/null; then echo "already in the tree: $part"
+  else patch --batch --forward --fuzz=5 -p1 -i "$part" || exit 1
+  fi
+done
+"""
+
+
+def split_by_file(patch: str) -> list[str]:
+    """A patch's parts, one per `diff --git` file (the whole patch when it has none)."""
+    parts = ("\n" + patch).split("\ndiff --git ")
+    if len(parts) == 1:
+        return [patch]
+    head = parts[0].strip("\n")
+    return ([head + "\n"] if head else []) + [
+        "diff --git " + p.rstrip("\n") + "\n" for p in parts[1:]
+    ]
+
+
 def _apply(testbed: Testbed, patch: str, name: str) -> str | None:
-    """Apply `patch` in the worktree; None when it applied, else the tool's complaint."""
-    (testbed.inputs / name).write_text(patch)
-    target = f"/judge/{name}"
-    result = testbed.run(
-        f"git apply --verbose {target} || patch --batch --fuzz=5 -p1 -i {target}", SETUP_SANDBOX
-    )
+    """Apply `patch` in the worktree, file by file; None when it applied, else the tool's
+    complaint. A file whose changes the tree already holds is left as it is: submissions made
+    in the images hold the setup's own uncommitted changes (sphinx's tox.ini), which a fresh
+    worktree has too."""
+    for number, part in enumerate(split_by_file(patch)):
+        (testbed.inputs / f"{name}-{number:04d}.diff").write_text(part)
+    result = testbed.run(APPLY_EACH.format(name=name), SETUP_SANDBOX)
     return None if result.exit_code == 0 else result.output.strip()[-600:]
 
 
@@ -83,11 +106,11 @@ def _patched_files(patch: str) -> list[str]:
 def judge_in(testbed: Testbed, patch: str, config: SandboxConfig = JUDGE_SANDBOX) -> JudgeReport:
     """Judge `patch` in a fresh `testbed` of its instance (the testbed is changed)."""
     instance = testbed.instance
-    failed = _apply(testbed, patch, "model.diff") if patch.strip() else None
+    failed = _apply(testbed, patch, "model") if patch.strip() else None
     if failed is not None:
         return _report(instance, "patch_failed", 0.0, f"the patch does not apply: {failed}")
     _reset_tests(testbed, instance)
-    failed = _apply(testbed, instance.test_patch, "test.diff")
+    failed = _apply(testbed, instance.test_patch, "test")
     if failed is not None:
         return _report(
             instance, "test_patch_failed", 0.0, f"the test patch does not apply: {failed}"

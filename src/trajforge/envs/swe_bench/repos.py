@@ -19,7 +19,6 @@ from trajforge.envs.swe_bench.instances import Instance, data_dir
 from trajforge.errors import UserError
 
 GIT = ["git", "-c", "safe.directory=*", "-c", "advice.detachedHead=false"]
-IDENTITY = ["-c", "user.name=SWE-bench", "-c", "user.email=setup@swebench.config"]
 
 
 def git(folder: Path, *args: str, check: bool = True, stdin: str | None = None) -> str:
@@ -85,12 +84,6 @@ def checkout(instance: Instance, mirror_git: Path, target: Path) -> None:
         )
     git(target, "checkout", "--quiet", "-B", "main")
     git(target, "remote", "remove", "origin")
-
-
-def commit_setup(target: Path) -> None:
-    """Commit what the setup changed in tracked files, so that `git diff` shows only the
-    agent's changes (as the SWE-bench images do)."""
-    git(target, *IDENTITY, "commit", "--quiet", "--allow-empty", "-am", "SWE-bench")
 
 
 def point_alternates(target: Path, mirror_inside: str) -> None:

@@ -1,11 +1,12 @@
 """A worktree of an instance at `/testbed`, and commands run there in the sandbox.
 
 `Testbed.create` clones the base commit (from the cached mirror), unpacks what the
-environment's install left in the tree, runs the instance's `pre_install` commands in the
-sandbox and commits their changes (so `git diff` shows only later changes, as in the
-SWE-bench images). Commands then run in bubblewrap with the worktree at `/testbed`, the
-environment's virtual environment read-only at `/venv` (first on `PATH`), no network, no
-host files but the system's, and a private `/tmp`.
+environment's install left in the tree and runs the instance's `pre_install` commands in the
+sandbox, leaving their changes uncommitted as the SWE-bench images do (a mini-swe-agent
+submission, `git add -A && git diff --cached`, then holds them: sphinx's `-rA` in tox.ini).
+Commands then run in bubblewrap with the worktree at `/testbed`, the environment's virtual
+environment read-only at `/venv` (first on `PATH`), no network, no host files but the
+system's, and a private `/tmp`.
 """
 
 from __future__ import annotations
@@ -77,7 +78,6 @@ class Testbed:
         commands = [c for c in self.instance.pre_install if "apt-get" not in c]
         if commands:
             self.run("\n".join(commands), SETUP_SANDBOX, mirror_at_host=True)
-        repos.commit_setup(self.path)
         repos.point_alternates(self.path, MIRROR_AT)
 
     def layout(self, mirror_at_host: bool = False) -> Layout:
@@ -106,7 +106,7 @@ class Testbed:
         return run_sandboxed(["bash", "-c", command], self.path, config, layout)
 
     def diff(self) -> str:
-        """The worktree's changes since the setup commit, new files included (what
+        """The worktree's changes since the base commit, new files included (what
         mini-swe-agent submits: `git add -A && git diff --cached`), read in the sandbox."""
         result = self.run("git add -A && git diff --cached", DIFF_SANDBOX)
         if result.exit_code != 0:
