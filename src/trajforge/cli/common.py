@@ -23,6 +23,7 @@ err_console = Console(stderr=True)
 
 P = ParamSpec("P")
 R = TypeVar("R")
+C = TypeVar("C")
 
 DbOption = Annotated[
     Path | None,
@@ -83,6 +84,26 @@ def guarded(func: Callable[P, R]) -> Callable[P, R]:
             fail(f"the store cannot be used: {exc}")
 
     return wrapper
+
+
+def config_from_options(
+    config: Callable[..., C], flags: dict[str, str] | None = None, **options: Any
+) -> C:
+    """`config(**options)`; a value the config model refuses is a `UserError` naming the
+    flag (`--save-every 0: must be greater than or equal to 1`). `flags` maps the fields
+    whose flag is not `--field-name`."""
+    from pydantic import ValidationError
+
+    try:
+        return config(**options)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        problem = error["msg"].removeprefix("Value error, ").replace("Input should be", "must be")
+        if not error["loc"]:
+            raise UserError(problem) from None
+        field = str(error["loc"][0])
+        flag = (flags or {}).get(field) or "--" + field.replace("_", "-")
+        raise UserError(f"{flag} {options.get(field)}: {problem}") from None
 
 
 MAX_ERROR_LINE = 2000
