@@ -63,9 +63,16 @@ class ProgressLines:
         """The work is `done` units far; `fields` are shown as `name value`."""
         self.done = done
         self.fields.update(fields)
-        if self.base is None:
-            self.base = (self.clock(), done, dict(self.counters))
+        self._start_rates()
         self._maybe_print()
+
+    def show(self, done: int, **fields: object) -> None:
+        """A line now, with exactly these fields: an event worth a line of its own (a
+        finished training iteration with its figures)."""
+        self.done = done
+        self.fields = dict(fields)
+        self._start_rates()
+        self._print(self.clock())
 
     def advance(self, units: int = 1, **fields: object) -> None:
         self.update(self.done + units, **fields)
@@ -78,6 +85,10 @@ class ProgressLines:
         """A last line, if the command has printed any (a fast one stays silent)."""
         if self.printed and self.printed_done != self.done:
             self._print(self.clock())
+
+    def _start_rates(self) -> None:
+        if self.base is None:
+            self.base = (self.clock(), self.done, dict(self.counters))
 
     def _maybe_print(self) -> None:
         now = self.clock()

@@ -24,11 +24,34 @@ def test_train_sft_from_a_dataset_then_eval_on_held_out_worlds(tmp_path: Path) -
     assert len((ckpt / "loss.jsonl").read_text().splitlines()) == 6
     args = ["eval", "--ckpt", str(ckpt), "--tasks", "4", "--recovery", "3", "--samples", "2",
             "--temperature", "1.0", "--max-steps", "3", "--json"]  # fmt: skip
-    result = CliRunner().invoke(app, args)
+    result = CliRunner(env={"TRAJFORGE_PROGRESS_EVERY": "0"}).invoke(app, args)
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
     assert report["success"]["n"] == 8 and report["tasks"] == 4
     assert report["recovery"]["n"] == 3 and set(report["pass_hat_k"]) == {"1", "2"}
+    lines = _progress(result.stderr, f"eval {ckpt}: episode ")
+    assert lines[0].startswith(f"eval {ckpt}: episode 0/8 (0%)")
+    assert lines[-1].startswith(f"eval {ckpt}: episode 11/11 (100%)") and "success " in lines[-1]
+
+
+def _progress(stderr: str, prefix: str) -> list[str]:
+    lines = [line for line in stderr.splitlines() if line.startswith(prefix)]
+    assert len(lines) >= 2, stderr
+    assert all(" elapsed" in line for line in lines)
+    assert any("/s, " in line and "ETA" in line for line in lines), lines
+    return lines
+
+
+def test_eval_of_a_policy_over_http_prints_progress_lines(tmp_path: Path) -> None:
+    from trajforge.models.mock_server import MockOpenAIServer
+
+    with MockOpenAIServer() as server:
+        args = ["eval", "--policy", "llm", "--base-url", server.base_url, "--llm-model", "m",
+                "--tasks", "3", "--recovery", "2", "--max-steps", "2", "--json"]  # fmt: skip
+        result = CliRunner(env={"TRAJFORGE_PROGRESS_EVERY": "0"}).invoke(app, args)
+    assert result.exit_code == 0, result.output
+    lines = _progress(result.stderr, "eval llm: episode ")
+    assert lines[-1].startswith("eval llm: episode 5/5 (100%)")
 
 
 def test_train_sft_names_a_bad_dataset_line(tmp_path: Path) -> None:

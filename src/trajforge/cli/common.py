@@ -13,7 +13,6 @@ from typing import Annotated, Any, NoReturn, ParamSpec, TypeVar
 import orjson
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from trajforge.errors import UserError
 from trajforge.store import Store, default_db_path
@@ -122,16 +121,3 @@ def tolerant_output() -> None:
     for stream in (sys.stdout, sys.stderr):
         if isinstance(stream, io.TextIOWrapper):
             stream.reconfigure(errors="backslashreplace")
-
-
-def progress_bar(quiet: bool) -> Progress:
-    """A transient progress bar on stderr (disabled when `quiet`, e.g. with --json)."""
-    return Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=err_console,
-        disable=quiet or not err_console.is_terminal,
-        transient=True,
-    )

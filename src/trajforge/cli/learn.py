@@ -155,8 +155,9 @@ def eval_command(
         max_steps=max_steps,
     )
     avoid = _trained_on(trained_on)
+    lines = ProgressLines(f"eval {checkpoint or policy}", None, "episode")
     if checkpoint is not None:
-        report = evaluate_checkpoint(checkpoint, config, avoid)
+        report = evaluate_checkpoint(checkpoint, config, avoid, lines)
     elif policy is not None:
         options = {
             "base_url": endpoint.base_url,
@@ -164,7 +165,8 @@ def eval_command(
             "api_key": endpoint.api_key,
             "temperature": temperature,
         }
-        report = evaluate_policy(policy, options, config, avoid)
+        report = evaluate_policy(policy, options, config, avoid, lines)
+    lines.finish()
     if as_json:
         print_json(report)
         return
