@@ -383,16 +383,26 @@ def _read_piece(
 def _encoded_runs(
     path: Path, trajs: Iterable[Trajectory], overrides: SourceOverrides, first: str = ""
 ) -> Iterator[EncodedTrajectory]:
-    """The runs encoded; a run too deeply nested to store is named by its index (`first`:
-    where the runs start, when they are a part of the file)."""
+    """The runs encoded, whatever their format: a run with no messages, or one too deeply
+    nested to store, is an `InputError` naming it by its index (`first`: where the runs
+    start, when they are a part of the file)."""
     runs = _Counted(overrides.apply(trajs))
     try:
         for traj in runs:
+            if not traj.messages:
+                raise InputError(str(path), EMPTY_RUN, _record(first, runs.count))
             yield encode(traj)
     except (PydanticSerializationError, RecursionError):
         problem = "cannot store the run: a value is nested too deeply"
-        record = f"{first}{runs.count - 1}" if first else runs.count - 1
-        raise InputError(str(path), problem, record) from None
+        raise InputError(str(path), problem, _record(first, runs.count)) from None
+
+
+EMPTY_RUN = "the run has no messages: nothing to import (a run is at least one message)"
+
+
+def _record(first: str, count: int) -> str | int:
+    """The record index of the `count`-th run, as `_encoded_runs` names it."""
+    return f"{first}{count - 1}" if first else count - 1
 
 
 def _store_file(store: Store, path: Path, imp: Importer, runs: _Runs) -> FileResult:

@@ -126,10 +126,11 @@ def risk_block(curve: RiskCurve | None, note: str) -> str:
     )
     threshold = "" if curve.threshold is None else f", threshold {curve.threshold:.3f}"
     marker = ""
-    if curve.stop_message is not None:  # app.js puts this note on the stop message
-        note = f'<div class="note stop">monitor would stop here (step {curve.stop_step})</div>'
+    if curve.stop_message is not None:  # app.js puts this markup on the stop message
+        stop_note = f'<div class="note stop">monitor would stop here (step {curve.stop_step})</div>'
         marker = (
-            f'<span hidden data-stop-message="{curve.stop_message}" data-note="{h(note)}"></span>'
+            f'<span hidden data-stop-message="{curve.stop_message}" '
+            f'data-note="{h(stop_note)}"></span>'
         )
     return (
         f"<h2>Failure risk ({h(curve.detector)}{threshold})</h2>"
