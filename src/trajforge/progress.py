@@ -19,8 +19,10 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Callable
-from typing import TextIO
+from collections.abc import Callable, Iterable, Iterator
+from typing import TextIO, TypeVar
+
+T = TypeVar("T")
 
 EVERY_VARIABLE = "TRAJFORGE_PROGRESS_EVERY"
 DEFAULT_EVERY = 15.0
@@ -76,6 +78,13 @@ class ProgressLines:
 
     def advance(self, units: int = 1, **fields: object) -> None:
         self.update(self.done + units, **fields)
+
+    def each(self, items: Iterable[T]) -> Iterator[T]:
+        """`items`, advancing by one after each (the rates count from the start)."""
+        self.update(self.done)
+        for item in items:
+            yield item
+            self.advance()
 
     def count(self, name: str, amount: float) -> None:
         """Add to a counter shown as `N name/s`."""

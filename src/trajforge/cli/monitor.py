@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
@@ -27,8 +27,6 @@ from trajforge.schema import Trajectory
 if TYPE_CHECKING:
     from trajforge.monitor import RunFeatures
     from trajforge.monitor.detectors import Detector
-
-T = TypeVar("T")
 
 # trajforge.monitor loads scikit-learn (seconds); commands import it when they run, so the
 # rest of the CLI starts fast.
@@ -66,20 +64,13 @@ def _runs(db: Path | None, where: RunFilter, command: str) -> list[RunFeatures]:
     flt = dataclasses.replace(where, limit=None).selection()  # --limit counts usable runs
     with open_store(db) as store:
         lines = ProgressLines(f"{command}: reading", store.count(flt), "run")
-        lines.update(0)
-        trajs = _advancing(store.query(flt), lines)
+        trajs = lines.each(store.query(flt))
         usable = (run for traj in trajs for run in featurize_runs([traj]))
         runs = list(itertools.islice(usable, where.limit))
     lines.finish()
     if not runs:
         raise UserError("no stored runs with a known outcome match the filters")
     return runs
-
-
-def _advancing(items: Iterable[T], lines: ProgressLines) -> Iterator[T]:
-    for item in items:
-        yield item
-        lines.advance()
 
 
 def train_command(
