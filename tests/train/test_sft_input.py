@@ -158,3 +158,21 @@ def test_an_output_that_is_not_a_checkpoint_is_refused_before_training(
     line = _one_error(*_sft("--data", data, "--out", out, *SMALL_MODEL))
     assert str(out) in line
     assert "is a file" in line if kind == "file" else "holds files but no checkpoint" in line
+
+
+def test_a_stored_run_that_cannot_be_a_row_is_named(rows, tmp_path: Path) -> None:
+    from trajforge.schema import Message, Outcome, Task, Trajectory
+    from trajforge.store import Store
+
+    run = Trajectory(
+        task=Task(id="household-d1-3", environment="household"),
+        messages=[Message(role="user", content="go"), Message(role="assistant", content="ok")],
+        tools=[{"type": "function", "function": "go"}],
+        outcome=Outcome(success=True),
+    )
+    db = tmp_path / "runs.db"
+    with Store(db) as store:
+        store.add(run)
+        stored_id = next(iter(store.rows())).id
+    line = _one_error(*_sft("--db", db, "--out", tmp_path / "ckpt", *SMALL_MODEL))
+    assert f"run {stored_id}: cannot be a training row: tools[0].function: must be" in line
