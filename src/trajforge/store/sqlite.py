@@ -372,6 +372,25 @@ class Store:
             )
             self._index(cursor.lastrowid, run_search_text(traj))
 
+    def rewrite(self, traj: Trajectory) -> None:
+        """Replace a stored run's document and columns in place: same id, row and
+        `created_at` (listings keep their order), full-text row written again."""
+        found = self.db.execute("SELECT rowid FROM trajectories WHERE id = ?", (traj.id,))
+        row = found.fetchone()
+        if row is None:
+            raise UserError(f"no trajectory with id '{traj.id}' in {self.path}")
+        names = [c.strip() for c in _COLUMNS.split(",")]
+        values = dict(zip(names, (*_row_values(traj), None, _to_json(traj)), strict=True))
+        del values["id"], values["created_at"]
+        assignments = ", ".join(f"{name} = ?" for name in values)
+        with self.transaction():
+            self.db.execute(
+                f"UPDATE trajectories SET {assignments} WHERE id = ?", (*values.values(), traj.id)
+            )
+            self._forget_pending({row[0]})
+            self.db.execute("DELETE FROM run_search WHERE rowid = ?", (row[0],))
+            self._index(row[0], run_search_text(traj))
+
     def _index(self, rowid: int | None, search: RunSearchText) -> None:
         """Write the run's full-text index row (same rowid as its `trajectories` row), or
         hold it back until the commit (see `_index_at_commit`)."""
