@@ -154,6 +154,7 @@ def test_the_loop_resumes_after_being_killed(student_dir: Path, tmp_path: Path) 
     lines = [line for line in resumed.stderr.splitlines() if line.startswith("train rl: ")]
     assert lines[-1].startswith("train rl: iteration 3/3 (100%), ")
     assert " iteration/s, reward " in lines[-1] and " elapsed" in lines[-1]
+    assert any(line.startswith("train rl: iteration 3: rollout 4/4 (100%)") for line in lines)
     assert (out / "iter-0001" / "state.pt").stat().st_mtime_ns == first
     assert not list(out.glob("*.partial"))
     assert _progress(out) == rows  # the store shows the iterations of both processes

@@ -59,10 +59,29 @@ def rl_command(
             early_stop_after=early_stop_after,
         )  # fmt: skip
     total = config.iterations if config else RLConfig(**read_run(out)["config"]).iterations
-    lines = ProgressLines("train rl", total, "iteration")
-    rows = train_rl(base, out, config, resume=resume, report=lambda row: _show_row(lines, row))
+    shown = _RLProgress(total)
+    rows = train_rl(base, out, config, resume=resume, report=shown.row, on_episode=shown.episode)
     if as_json:
         print_json({"out": str(out), "iterations": rows})
+
+
+class _RLProgress:
+    """A line per finished iteration (its figures, the run's rate and ETA) and, within an
+    iteration, throttled lines of its rollouts."""
+
+    def __init__(self, iterations: int) -> None:
+        self.iterations = ProgressLines("train rl", iterations, "iteration")
+        self.rollouts: ProgressLines | None = None
+        self.current = 0
+
+    def episode(self, iteration: int, done: int, total: int) -> None:
+        if self.rollouts is None or iteration != self.current:
+            self.rollouts = ProgressLines(f"train rl: iteration {iteration}", total, "rollout")
+            self.current = iteration
+        self.rollouts.update(done)
+
+    def row(self, row: dict[str, Any]) -> None:
+        _show_row(self.iterations, row)
 
 
 def _show_row(lines: ProgressLines, row: dict[str, Any]) -> None:
