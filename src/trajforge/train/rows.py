@@ -7,7 +7,8 @@ string of that list, as `datasets` stores them). Fields the codecs do not read a
 
 `chat_row(value)` checks a value against `ChatRow` and returns it with `tools` as a list;
 `read_rows(path)` does so for each line of a chat JSONL file, and an error names the file,
-the line and the field (`messages[1].content: must be text, a list of parts or null`);
+the line and the field (`messages[1].content: must be text, a list of text parts or null,
+not a number`);
 `run_rows(runs)` for stored runs, naming the run.
 """
 
@@ -45,7 +46,7 @@ def _content(value: object) -> object:
 
 
 def _arguments(value: object) -> object:
-    if isinstance(value, dict | str):
+    if value is None or isinstance(value, dict | str):
         return value
     raise ValueError(f"must be an object or a JSON string of one, not {json_type(value)}")
 
@@ -62,17 +63,23 @@ class _Open(BaseModel):
 
 
 class FunctionCall(_Open):
+    """A tool call's function: its name and arguments."""
+
     name: str = Field(description="The tool called.")
-    arguments: Annotated[dict[str, Any] | str, BeforeValidator(_arguments)] = Field(
-        default_factory=dict, description="An object, or a JSON string of one."
+    arguments: Annotated[dict[str, Any] | str | None, BeforeValidator(_arguments)] = Field(
+        default=None, description="An object, or a JSON string of one (none: no arguments)."
     )
 
 
 class ToolCall(_Open):
+    """A call an assistant turn makes (the bare function form is accepted too)."""
+
     function: FunctionCall = Field(description="What is called, with which arguments.")
 
 
 class ChatMessage(_Open):
+    """One message of a training row."""
+
     role: Role = Field(description="system, user, assistant or tool.")
     content: Annotated[str | list[dict[str, Any]] | None, BeforeValidator(_content)] = Field(
         default=None, description="Text, a list of parts with `text`, or null."
@@ -88,15 +95,21 @@ class ChatMessage(_Open):
 
 
 class ToolParameters(_Open):
+    """A tool's JSON schema, as far as the codecs read it."""
+
     properties: dict[str, Any] | None = Field(default=None, description="Argument schemas.")
 
 
 class ToolFunction(_Open):
+    """The function a tool offers."""
+
     name: str = Field(description="The tool's name.")
     parameters: ToolParameters | None = Field(default=None, description="JSON schema.")
 
 
 class ToolSpec(_Open):
+    """A tool offered to the agent (the bare function form is accepted too)."""
+
     function: ToolFunction = Field(description="The tool offered.")
 
 
