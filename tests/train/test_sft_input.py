@@ -139,6 +139,13 @@ def test_resume_refuses_a_change_of_shape(trained) -> None:
     assert orjson.loads((ckpt / "trajforge.json").read_bytes())["step"] == 4
 
 
+def test_resume_refuses_to_do_nothing(trained) -> None:
+    data, ckpt = trained
+    line = _one_error(*_sft("--data", data, "--out", ckpt, "--resume", "--steps", "2",
+                            *SMALL_MODEL))  # fmt: skip
+    assert "already trained for 2 steps; to continue, give more steps than that (not 2)" in line
+
+
 def _never_trains(*args, **kwargs):
     raise AssertionError("training started")
 

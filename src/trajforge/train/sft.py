@@ -269,7 +269,13 @@ def _resume_state(out: Path, config: SFTConfig, fingerprint: str) -> dict[str, A
         raise UserError(f"{out}: nothing to resume (no {STATE_FILE})")
     manifest = read_manifest(out)
     _check_same_run(out, manifest, config, fingerprint)
-    return _load_state(path)
+    state = _load_state(path)
+    if state["step"] >= config.steps:
+        raise UserError(
+            f"{out}: already trained for {state['step']} steps; to continue, give more steps "
+            f"than that (not {config.steps})"
+        )
+    return state
 
 
 def _check_same_run(out: Path, manifest: dict, config: SFTConfig, fingerprint: str) -> None:
