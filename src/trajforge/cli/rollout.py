@@ -72,12 +72,13 @@ StepLimitedBatch = Annotated[BatchFlags, Offer(without=("max_tokens", "max_wall"
 
 
 class ProgressReport(Progress):
-    """The runner's events as progress lines: episodes done, running, success, tokens/s."""
+    """The runner's events as progress lines: episodes done, running, success among those
+    judged, model errors, tokens/s."""
 
     def __init__(self, title: str) -> None:
         self.title = title
         self.lines: ProgressLines | None = None
-        self.finished = self.successes = 0
+        self.judged = self.successes = self.model_errors = 0
 
     def start(self, total: int, skipped: int) -> None:
         title = self.title + (f" ({skipped} done before)" if skipped else "")
@@ -91,10 +92,15 @@ class ProgressReport(Progress):
     def done(self, episode: FinishedEpisode) -> None:
         if self.lines is None:
             return
-        self.finished += 1
-        self.successes += bool(episode.success)
+        if episode.model_failure is not None:
+            self.model_errors += 1
+            self.lines.fields["model errors"] = self.model_errors
+        else:
+            self.judged += 1
+            self.successes += bool(episode.success)
+            self.lines.fields["success"] = f"{self.successes / self.judged:.0%}"
         self.lines.count("tok", episode.tokens)
-        self.lines.advance(success=f"{self.successes / self.finished:.0%}")
+        self.lines.advance()
 
     def finish(self) -> None:
         if self.lines is not None:
@@ -159,12 +165,15 @@ def rollout_command(
     json_out: JsonOption = False,
 ) -> None:
     """Run a policy on tasks of an environment (optionally with tool faults) into the store."""
+    from trajforge.models.retry import require_an_answer
+
     config = build_config(env, tasks, policy, n, faults, batch, llm.options(), run)
-    summary, _ = execute(config, db, batch)
+    summary, episodes = execute(config, db, batch)
     if json_out:
         print_json(summary.model_dump())
-        return
-    print_summary(summary)
+    else:
+        print_summary(summary)
+    require_an_answer([e.model_failure for e in episodes], what="episode")
 
 
 def print_summary(summary: BatchSummary, out: Console | None = None) -> None:
