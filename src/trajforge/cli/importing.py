@@ -16,10 +16,10 @@ from trajforge.cli.common import (
     err_console,
     open_store,
     print_json,
-    progress_bar,
 )
 from trajforge.importers.pipeline import ImportReport, SourceOverrides, import_jobs, plan
 from trajforge.importers.registry import DETECTION_ORDER
+from trajforge.progress import ProgressLines
 
 
 def import_command(
@@ -54,9 +54,11 @@ def import_command(
     """
     jobs, report = plan(paths, fmt)
     overrides = SourceOverrides(model=model, run=run)
-    with open_store(db, must_exist=False) as store, progress_bar(json_out) as progress:
-        task = progress.add_task("importing", total=len(jobs))
-        import_jobs(store, jobs, report, lambda _: progress.advance(task), overrides, workers)
+    lines = ProgressLines("import", len(jobs), "file")
+    lines.update(0)
+    with open_store(db, must_exist=False) as store:
+        import_jobs(store, jobs, report, lambda _: lines.advance(), overrides, workers)
+    lines.finish()
     if json_out:
         print_json(_summary(report))
     else:

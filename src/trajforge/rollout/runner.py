@@ -256,7 +256,7 @@ def stored_episodes(store: Store, env: str) -> dict[str, tuple[str, str | None]]
 
 
 class Progress:
-    """Receives the runner's events; the CLI shows them as a live bar."""
+    """Receives the runner's events; the CLI shows them as progress lines."""
 
     def start(self, total: int, skipped: int) -> None: ...
 
