@@ -100,10 +100,10 @@ def activity_block(store: Store) -> str:
             run_link(i),
             h(src),
             str(n),
-            outcome_badge(ok),
+            outcome_badge(status),
             time.strftime("%H:%M:%S", time.localtime(at)),
         ]
-        for i, src, n, ok, at in recent_runs(store, since)
+        for i, src, n, status, at in recent_runs(store, since)
     ]
     return (
         '<div id="activity">'
