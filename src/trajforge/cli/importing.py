@@ -72,6 +72,9 @@ def _summary(report: ImportReport) -> dict:
         "files": len(report.files),
         "by_format": dict(Counter(f.format for f in report.files if not f.error)),
         "failed": [{"path": f.path, "error": f.error} for f in report.failed],
+        "warnings": [
+            {"path": f.path, "warning": w} for f in report.files if not f.error for w in f.warnings
+        ],
         "not_trajectories": report.not_trajectories,
         "special_files": report.special_files,
         "sidecars": report.sidecars,
@@ -119,5 +122,9 @@ def print_import_report(report: ImportReport, out: Console = console) -> None:
         )
         for path in report.special_files:
             out.print(f"  {path}", markup=False, highlight=False, soft_wrap=True)
+    for result in report.files:
+        for warning in [] if result.error else result.warnings:
+            text = f"warning: {result.path}: {warning}"
+            err_console.print(text, markup=False, highlight=False, soft_wrap=True)
     for failed in report.failed:
         err_console.print(f"error: {failed.error}", markup=False, highlight=False, soft_wrap=True)

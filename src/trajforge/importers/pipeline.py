@@ -39,6 +39,10 @@ class FileResult(BaseModel):
     added: int = Field(default=0, description="Trajectories added to the store.")
     duplicates: int = Field(default=0, description="Trajectories already in the store.")
     error: str | None = Field(default=None, description="Why the file failed (nothing added).")
+    warnings: list[str] = Field(
+        default_factory=list,
+        description="What the importer could not read (the runs were added without it).",
+    )
 
 
 class SourceOverrides(BaseModel):
@@ -161,12 +165,23 @@ def plan(
         except UserError as exc:
             report.files.append(FileResult(path=str(path), error=str(exc)))
     jobs.extend((p, imp) for p, imp in candidates if imp is not None)
-    claimed = {os.path.abspath(s) for p, imp in jobs for s in imp.sidecars(p)}
+    claimed = _claimed(jobs)
     for path, imp in candidates:
         if imp is None:
             claimed_here = os.path.abspath(path) in claimed
             (report.sidecars if claimed_here else report.not_trajectories).append(str(path))
-    return jobs, report
+    report.sidecars.extend(str(p) for p, _ in jobs if os.path.abspath(p) in claimed)
+    return [(p, imp) for p, imp in jobs if os.path.abspath(p) not in claimed], report
+
+
+def _claimed(jobs: list[tuple[Path, Importer]]) -> set[str]:
+    """The companion files the jobs' importers read with their runs: an ATIF continuation
+    is itself a trajectory file, but imported as part of the run it continues."""
+    claimed: set[str] = set()
+    for path, imp in jobs:
+        own = os.path.abspath(path)
+        claimed.update(a for a in map(os.path.abspath, imp.sidecars(path)) if a != own)
+    return claimed
 
 
 def import_paths(
@@ -404,6 +419,7 @@ def _store_file(store: Store, path: Path, imp: Importer, runs: _Runs) -> FileRes
     try:
         with store.savepoint():
             for encoded in runs:
+                _add_warnings(result, encoded.warnings)
                 if store.add_encoded(encoded):
                     added += 1
                 else:
@@ -413,6 +429,12 @@ def _store_file(store: Store, path: Path, imp: Importer, runs: _Runs) -> FileRes
     else:
         result.added, result.duplicates = added, duplicates
     return result
+
+
+def _add_warnings(result: FileResult, warnings: tuple[str, ...]) -> None:
+    for warning in warnings:
+        if warning not in result.warnings:
+            result.warnings.append(warning)
 
 
 def _commit_groups(

@@ -16,6 +16,9 @@ DETECTION_ORDER: list[str] = [
     "trajforge",
     "mini-swe-agent",
     "swe-agent",
+    "inspect",
+    "atif",
+    "openhands",
     "tau2-bench",
     "tau-bench",
     "who-and-when",
@@ -24,6 +27,9 @@ DETECTION_ORDER: list[str] = [
 IMPORTERS.register("trajforge", "trajforge.importers.trajforge_jsonl:TrajforgeJsonlImporter")
 IMPORTERS.register("mini-swe-agent", "trajforge.importers.mini_swe_agent:MiniSweAgentImporter")
 IMPORTERS.register("swe-agent", "trajforge.importers.swe_agent:SweAgentImporter")
+IMPORTERS.register("inspect", "trajforge.importers.inspect_ai:InspectImporter")
+IMPORTERS.register("atif", "trajforge.importers.atif:AtifImporter")
+IMPORTERS.register("openhands", "trajforge.importers.openhands:OpenHandsImporter")
 IMPORTERS.register("tau2-bench", "trajforge.importers.tau2_bench:Tau2BenchImporter")
 IMPORTERS.register("tau-bench", "trajforge.importers.tau_bench:TauBenchImporter")
 IMPORTERS.register("who-and-when", "trajforge.importers.who_and_when:WhoAndWhenImporter")
