@@ -365,7 +365,7 @@ def _model_call(event: dict[str, Any], ids: dict[str, int], where: str) -> dict[
         "usage": _call_usage(mapping(output.get("usage"), f"{where}.output.usage")),
         "started_at": unix_time(event.get("timestamp")),
         "error": _text(event.get("error")),
-        "extra": rest(event, *used, "timestamp", "error"),
+        "extra": rest(event, *used, "error"),
     }
 
 

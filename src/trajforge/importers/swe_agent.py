@@ -9,9 +9,12 @@ list of steps (one model call, its action and the observation).
 Step mapping: messages are `history` one to one (message index = position in `history`).
 SWE-agent step k (`trajectory[k]`) is the k-th assistant message of `history` that is not a
 demonstration (`is_demo`); that message gets `extra["trajectory_step"] = k` plus the step's
-`execution_time` and `state`, and the observation of step k is the message after it.
+`execution_time` and `state`, and its other fields (the raw `action`, `observation`,
+`response`, `thought`) in `extra["step"]`; the observation of step k is the message after
+it.
 Demonstration messages are kept (the model saw them) and marked by `extra["is_demo"]`.
-`query` (the whole prompt again, per step) is not kept.
+`query` (the whole prompt again, per step) is not kept; `replay_config` (the run's
+configuration, parsed when it is JSON text) is `metadata["replay_config"]`.
 
 SWE-agent 1.x does not add the last step (usually `submit`) to `history` when the run ends
 there: a step with no assistant message left is appended as an assistant message (its
@@ -93,6 +96,7 @@ def _to_trajectory(data: dict[str, Any], path: Path) -> Trajectory:
             ),
             metadata={
                 "environment": data.get("environment"),
+                "replay_config": replay,
                 "api_calls": stats.get("api_calls"),
                 "info": {k: v for k, v in info.items() if k not in {"submission", "model_stats"}},
             },
@@ -160,6 +164,9 @@ def _attach_steps(messages: list[dict[str, Any]], steps: list[Any]) -> None:
             messages.extend([message, _step_observation(step)])
         message["extra"]["trajectory_step"] = number
         message["extra"] |= {k: step[k] for k in _STEP_FIELDS if k in step}
+        message["extra"]["step"] = {
+            k: v for k, v in step.items() if k not in _STEP_FIELDS and k != "query"
+        }
 
 
 def _step_message(step: dict[str, Any]) -> dict[str, Any]:
