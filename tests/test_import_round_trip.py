@@ -60,12 +60,16 @@ def _leaves(value: object, key: str = "") -> Iterator[tuple[str, object]]:
     elif isinstance(value, str):
         yield key, value
         if value[:1] in ("{", "["):
-            try:
-                yield from _leaves(json.loads(value), key)
-            except ValueError:
-                pass
+            yield from _leaves(_parsed(value), key)
     elif value is not None:
         yield key, value
+
+
+def _parsed(text: str) -> object:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None
 
 
 def _dropped_on_purpose(key: str, value: object) -> bool:
