@@ -14,6 +14,7 @@ EXPORTERS: Registry[Exporter] = Registry("export format")
 EXPORTERS.register("jsonl", "trajforge.export.tables:write_jsonl")
 EXPORTERS.register("parquet", "trajforge.export.tables:write_parquet")
 EXPORTERS.register("rl", "trajforge.export.rl:export_rl")
+EXPORTERS.register("atif", "trajforge.export.atif:write_atif")
 
 
 def export(fmt: str, store: Store, out: Path, flt: TrajectoryFilter | None = None) -> int:

@@ -14,10 +14,12 @@ Step mapping: each step is one message (system, user, assistant for `agent`) wit
 its call (`source_call_id`) is a tool message answering it, one that does not (an action
 that is not a tool call, such as a terminal's output, or a system step's result) a user
 message; both have `extra["observation_of_step"]` and keep the result's other fields
-(`subagent_trajectory_ref`). So message index != step_id - 1 as soon as a step has an
-observation. The step's timestamp, model, reasoning and extra are in `extra`; content parts
-stay a list. An agent step's `metrics` become an `LLMCall` linked to its message, with the
-token ids and logprobs (ids are `step-<step_id>`, `seg<k>-step-<id>` in a continuation).
+(`subagent_trajectory_ref`); a step's `extra["speaker"]` (trajforge's ATIF export writes a
+multi-agent run's speakers there) is the message's `name`. So message index != step_id - 1
+as soon as a step has an observation. The step's timestamp, model, reasoning and extra
+are in `extra`; content parts stay a list. An agent step's `metrics` become an `LLMCall`
+linked to its message, with the token ids and logprobs (ids are `step-<step_id>`, and
+`seg<k>-step-<id>` in a continuation).
 
 A trajectory continued in another file (`continued_trajectory_ref`, a path beside the file,
 as context summarization writes it) is read as one run: the continuations' steps follow,
@@ -314,8 +316,15 @@ def _read_step(
         extra["observation_extra"] = rest(observation, "results")
     message_index = len(built.messages)
     content = step.get("message")
+    speaker = mapping(step.get("extra"), f"{where}.extra").get("speaker")
     built.messages.append(
-        {"role": _ROLES[source], "content": content, "tool_calls": calls or None, "extra": extra}
+        {
+            "role": _ROLES[source],
+            "content": content,
+            "name": speaker if isinstance(speaker, str) else None,
+            "tool_calls": calls or None,
+            "extra": extra,
+        }
     )
     if "metrics" in step:
         metrics = mapping(step["metrics"], f"{where}.metrics")
