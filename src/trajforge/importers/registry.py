@@ -8,10 +8,13 @@ from trajforge.errors import UnknownFormatError
 from trajforge.importers.base import HEAD_BYTES, Importer, read_head, read_skeleton
 from trajforge.registry import Registry
 
-IMPORTERS: Registry[type[Importer]] = Registry("import format")
+IMPORTERS: Registry[type[Importer]] = Registry("import format", "trajforge.importers")
+"""Built-in formats, and those installed packages add through entry points of the group
+`trajforge.importers` (`name = "module:ImporterClass"`)."""
 
 # Detection order matters: formats recognized by their own markers first, generic ones last.
-# A format registered elsewhere takes part in detection once its name is added here.
+# Formats of installed plug-ins are tried after these (`detection_order`), so a plug-in
+# never takes a file a built-in format reads; `--format NAME` picks one directly.
 DETECTION_ORDER: list[str] = [
     "trajforge",
     "mini-swe-agent",
@@ -41,9 +44,15 @@ def importer(name: str) -> Importer:
     return IMPORTERS.get(name)()
 
 
+def detection_order() -> list[str]:
+    """The built-in formats in `DETECTION_ORDER`, then installed plug-ins' formats."""
+    extra = [n for n in IMPORTERS.plugin_names() if n not in DETECTION_ORDER]
+    return DETECTION_ORDER + extra
+
+
 def all_importers() -> list[Importer]:
     """One instance of each format, in detection order."""
-    return [importer(name) for name in DETECTION_ORDER]
+    return [importer(name) for name in detection_order()]
 
 
 def detect_format(path: Path) -> Importer | None:
