@@ -39,11 +39,14 @@ class Registry(Generic[T]):
         self._origins: dict[str, str] = {}
         self._loaded: dict[str, T] = {}
         self._plugins_read = entry_point_group is None
+        self._plugins: list[str] = []
         self.shadowed: list[Entry] = []
 
     def register(self, name: str, path: str, origin: str = BUILT_IN) -> None:
         self._paths[name] = path
         self._origins[name] = origin
+        if origin != BUILT_IN and name not in self._plugins:
+            self._plugins = sorted([*self._plugins, name])
 
     def add(self, name: str, obj: T) -> None:
         """Register an already-loaded object."""
@@ -61,8 +64,10 @@ class Registry(Generic[T]):
         return [Entry(n, self._paths[n], self._origins[n]) for n in names]
 
     def plugin_names(self) -> list[str]:
-        """The names installed packages added, in name order."""
-        return [e.name for e in self.entries() if e.origin != BUILT_IN]
+        """The names installed packages added, in name order (kept as they are registered:
+        format detection asks for them for every file)."""
+        self.read_plugins()
+        return self._plugins
 
     def read_plugins(self) -> None:
         """Register the entry points of the group (once)."""

@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from trajforge.errors import InputError
-from trajforge.importers.base import load_json, record_problem
+from trajforge.importers.base import first_char, load_json, record_problem
 from trajforge.importers.fields import (
     json_text,
     mapping,
@@ -109,7 +109,7 @@ class AtifImporter:
     description = "Harbor ATIF trajectory (ATIF-v1.x; continuations, subagents, trial verdict)"
 
     def detect(self, path: Path, head: bytes) -> bool:
-        start = head.lstrip()[:1] == b"{"
+        start = first_char(head) == b"{"
         return start and b'"schema_version"' in head and b'"ATIF-v' in head
 
     def read(self, path: Path) -> Iterator[Trajectory]:

@@ -45,7 +45,7 @@ from typing import Any
 import orjson
 
 from trajforge.errors import InputError
-from trajforge.importers.base import base_name, load_json, record_problem
+from trajforge.importers.base import base_name, first_char, load_json, record_problem
 from trajforge.importers.fields import (
     json_text,
     mapping,
@@ -109,7 +109,7 @@ class InspectImporter:
     def detect(self, path: Path, head: bytes) -> bool:
         if head[:4] == b"PK\x03\x04":
             return base_name(path).endswith(".eval") or b"_journal/start.json" in head
-        if head.lstrip()[:1] != b"{":
+        if first_char(head) != b"{":
             return False
         return all(key in head for key in (b'"version"', b'"eval"', b'"run_id"', b'"task_id"'))
 

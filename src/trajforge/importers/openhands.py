@@ -44,6 +44,7 @@ from trajforge.importers.base import (
     WHOLE_FILE,
     LineRange,
     base_name,
+    first_char,
     first_line_has_keys,
     iter_jsonl,
     load_json,
@@ -61,10 +62,13 @@ class OpenHandsImporter:
     description = "OpenHands evaluation output.jsonl or event-list trajectory"
 
     def detect(self, path: Path, head: bytes) -> bool:
-        if first_line_has_keys(head, "instance_id", "history"):
+        # cheap byte searches first: detection runs on every file of an import
+        if b'"source"' not in head and b'"instance_id"' not in head:
+            return False
+        start = first_char(head)
+        if start == b"{" and first_line_has_keys(head, "instance_id", "history"):
             return b'"instruction"' in head or b'"test_result"' in head
-        start = head.lstrip()[:1]
-        if start not in (b"[", b"{"):
+        if start not in (b"[", b"{") or b'"timestamp"' not in head:
             return False
         compact = head.replace(b'": ', b'":')
         events = b'"source":"' in compact and b'"timestamp":' in compact

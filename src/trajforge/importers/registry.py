@@ -19,12 +19,12 @@ DETECTION_ORDER: list[str] = [
     "trajforge",
     "mini-swe-agent",
     "swe-agent",
-    "inspect",
-    "atif",
-    "openhands",
     "tau2-bench",
     "tau-bench",
     "who-and-when",
+    "inspect",
+    "atif",
+    "openhands",
     "openai-chat",
 ]
 IMPORTERS.register("trajforge", "trajforge.importers.trajforge_jsonl:TrajforgeJsonlImporter")
@@ -50,9 +50,16 @@ def detection_order() -> list[str]:
     return DETECTION_ORDER + extra
 
 
+_DETECTORS: dict[str, Importer] = {}
+"""One instance of each format for detection, which asks every format about every file."""
+
+
 def all_importers() -> list[Importer]:
-    """One instance of each format, in detection order."""
-    return [importer(name) for name in detection_order()]
+    """One instance of each format, in detection order (the same ones each call)."""
+    order = detection_order()
+    if len(_DETECTORS) != len(order):
+        _DETECTORS.update((name, importer(name)) for name in order if name not in _DETECTORS)
+    return [_DETECTORS[name] for name in order]
 
 
 def detect_format(path: Path) -> Importer | None:
