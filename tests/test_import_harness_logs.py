@@ -11,7 +11,9 @@ from pathlib import Path
 
 import orjson
 import pytest
+from typer.testing import CliRunner
 
+from trajforge.cli.main import app
 from trajforge.errors import InputError
 from trajforge.importers import import_paths
 from trajforge.importers.registry import detect_format, importer
@@ -110,6 +112,13 @@ def test_inspect_newer_version_imports_and_warns(formats: Path, tmp_path: Path) 
         assert "version 4 is newer than 3" in warning and "branches" in warning
         (traj,) = store.query()
         assert traj.metadata["inspect"]["sample"]["branches"] == [{"from": 2}]
+    shown = CliRunner().invoke(app, ["import", str(target), "--db", str(tmp_path / "cli.db")])
+    assert shown.exit_code == 0
+    assert f"warning: {target}: log format version 4 is newer than 3" in shown.output
+    listed = CliRunner().invoke(
+        app, ["import", str(target), "--db", str(tmp_path / "json.db"), "--json"]
+    )
+    assert json.loads(listed.stdout)["warnings"] == [{"path": str(target), "warning": warning}]
 
 
 def test_inspect_unfinished_log_reads_the_journal(formats: Path, tmp_path: Path) -> None:
