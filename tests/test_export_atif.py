@@ -172,3 +172,27 @@ def test_rules_reject_each_break(index: int, shared_data: Path) -> None:
     breaks(document)
     errors = atif_errors(document)
     assert any(expected in error for error in errors), errors
+
+
+def test_newer_atif_runs_export_as_valid_v15(shared_data: Path, tmp_path: Path) -> None:
+    """A v1.7 file (a reference by trajectory_id, an embedded subagent, fields v1.5 does not
+    define) and a step whose calls repeat an id still export valid."""
+    parent = orjson.loads((shared_data / "formats/atif" / ATIF_FILES[1]).read_bytes())
+    child = orjson.loads((shared_data / "formats/atif" / ATIF_FILES[2]).read_bytes())
+    parent |= {"schema_version": "ATIF-v1.7", "trajectory_id": "root"}
+    parent["final_metrics"]["total_subagent_tokens"] = 12
+    parent["subagent_trajectories"] = [child | {"trajectory_id": "child-1"}]
+    handoff = parent["steps"][4]["observation"]["results"][0]
+    handoff["subagent_trajectory_ref"] = [{"trajectory_id": "child-1"}]
+    calls = parent["steps"][1]["tool_calls"]
+    calls.append(dict(calls[0]))
+    path = tmp_path / "v17.json"
+    path.write_bytes(orjson.dumps(parent))
+    documents = [to_atif(t) for t in importer("atif").read(path)]
+    assert [atif_errors(d) for d in documents] == [[], []]
+    root = documents[0]
+    assert root["extra"]["atif_fields"]["trajectory_id"] == "root"
+    assert root["final_metrics"]["extra"]["atif_fields"] == {"total_subagent_tokens": 12}
+    (ref,) = root["steps"][4]["observation"]["results"][0]["subagent_trajectory_ref"]
+    assert ref["session_id"] == "child-1"
+    assert [c["tool_call_id"] for c in root["steps"][1]["tool_calls"]] == ["call_0_1", "call_0_1#2"]

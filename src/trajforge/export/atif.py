@@ -28,7 +28,16 @@ from typing import Any
 import orjson
 
 from trajforge.errors import UserError
-from trajforge.export.atif_rules import AGENT, METRICS, ROOT, STEP, VERSION, atif_errors
+from trajforge.export.atif_rules import (
+    AGENT,
+    FINAL_METRICS,
+    METRICS,
+    ROOT,
+    STEP,
+    SUBAGENT_REF,
+    VERSION,
+    atif_errors,
+)
 from trajforge.outputs import atomic_output
 from trajforge.schema import LLMCall, Message, Trajectory
 from trajforge.store import Store, TrajectoryFilter
@@ -47,14 +56,24 @@ def write_atif(store: Store, flt: TrajectoryFilter, out: Path) -> int:
                 f"{out}: an ATIF file holds one run and {len(selected)} are selected; "
                 "give a folder to --out, or select one run"
             )
-        _write(to_atif(selected[0]), out)
+        _write(_document(selected[0]), out)
         return 1
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"{out}: cannot make the folder: {exc.strerror}") from None
     count = 0
     for traj in runs:
-        _write(to_atif(traj), out / f"{traj.id}.json")
+        _write(_document(traj), out / f"{traj.id}.json")
         count += 1
     return count
+
+
+def _document(traj: Trajectory) -> dict[str, Any]:
+    try:
+        return to_atif(traj)
+    except ValueError as exc:
+        raise UserError(f"{exc}; nothing written for it") from None
 
 
 def _write(document: dict[str, Any], out: Path) -> None:
@@ -104,17 +123,33 @@ def _agent(traj: Trajectory, origin: dict[str, Any]) -> dict[str, Any]:
 def _root_rest(traj: Trajectory, origin: dict[str, Any]) -> dict[str, Any]:
     if not origin:
         return {"final_metrics": _final_metrics(traj), "extra": {"trajforge": _identity(traj)}}
-    kept: dict[str, Any] = {
-        k: origin[k] for k in ("notes", "final_metrics", "extra") if k in origin
-    }
+    restored = ("notes", "final_metrics", "extra")
+    kept: dict[str, Any] = {k: origin[k] for k in restored if ROOT[k][1](origin.get(k))}
+    if "final_metrics" in kept:
+        kept["final_metrics"] = _known_fields(kept["final_metrics"], FINAL_METRICS)
     newer = {
         k: v
         for k, v in origin.items()
-        if k not in ROOT and v not in (None, [], {}) and k != "continuations"
+        if k not in kept and k not in _REBUILT and v not in (None, [], {})
     }
     if newer:
         kept["extra"] = {**(kept.get("extra") or {}), "atif_fields": newer}
     return kept
+
+
+_REBUILT = ("schema_version", "session_id", "agent", "steps", "continuations")
+"""Root fields of an imported run that the export writes anew (a chain is one file)."""
+
+
+def _known_fields(value: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any]:
+    """The fields of `value` that `spec` defines with the right type; the others (a newer
+    version's) go to its `extra`."""
+    known = {k: v for k, v in value.items() if k in spec and spec[k][1](v)}
+    others = {k: v for k, v in value.items() if k not in known}
+    if others:
+        extra = known.get("extra")
+        known["extra"] = {**(extra if isinstance(extra, dict) else {}), "atif_fields": others}
+    return known
 
 
 def _final_metrics(traj: Trajectory) -> dict[str, Any]:
@@ -161,7 +196,7 @@ class _Steps:
         step |= _recorded_fields(message, source)
         extra = _step_extra(message)
         if message.tool_calls:
-            step["tool_calls"] = [_tool_call(call, extra) for call in message.tool_calls]
+            step["tool_calls"] = _unique_ids([_tool_call(c, extra) for c in message.tool_calls])
         call = self.calls.get(self.index)
         if call is not None and source == "agent":
             step["metrics"] = _metrics(call)
@@ -183,8 +218,17 @@ class _Steps:
             result["content"] = message.text()
         refs = message.extra.get("subagent_trajectory_ref")
         if isinstance(refs, list):
-            result["subagent_trajectory_ref"] = refs
+            result["subagent_trajectory_ref"] = [_subagent_ref(r) for r in refs]
         step.setdefault("observation", {"results": []})["results"].append(result)
+
+
+def _subagent_ref(ref: Any) -> dict[str, Any]:
+    """A reference in v1.5 form: a v1.7 reference by `trajectory_id` names it as the session;
+    fields v1.5 does not define go to its `extra`."""
+    if not isinstance(ref, dict):
+        return {"session_id": "unknown", "extra": {"reference": ref}}
+    named = ref.get("session_id") or ref.get("trajectory_id") or "unknown"
+    return _known_fields({**ref, "session_id": str(named)}, SUBAGENT_REF)
 
 
 def _recorded_fields(message: Message, source: str) -> dict[str, Any]:
@@ -217,6 +261,19 @@ def _tool_call(call: Any, extra: dict[str, Any]) -> dict[str, Any]:
         arguments = {}
         extra.setdefault("arguments_text", {})[call.id] = call.arguments
     return {"tool_call_id": call.id, "function_name": call.name, "arguments": arguments}
+
+
+def _unique_ids(calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Calls of one step with distinct ids (ATIF links results to calls by id): a repeated
+    id gets `#2`, `#3`..."""
+    seen: set[str] = set()
+    for call in calls:
+        base, number = call["tool_call_id"], 1
+        while call["tool_call_id"] in seen:
+            number += 1
+            call["tool_call_id"] = f"{base}#{number}"
+        seen.add(call["tool_call_id"])
+    return calls
 
 
 def _metrics(call: LLMCall) -> dict[str, Any]:
