@@ -361,3 +361,30 @@ def test_swe_agent_retry_attempts(formats: Path, tmp_path: Path) -> None:
     single = len(read(path, "swe-agent")[0].messages)
     assert len(traj.messages) == 2 * single
     assert [m.extra["attempt"] for m in traj.messages] == [0] * single + [1] * single
+
+
+def test_openhands_text_actions_without_tool_calls(formats: Path, tmp_path: Path) -> None:
+    """Older CodeAct histories: actions parsed from the model's text carry no tool call."""
+    events = orjson.loads(
+        (formats / "openhands/OpenHands__tests_runtime_trajs_basic.json").read_bytes()
+    )
+    for event in events:
+        event.pop("tool_call_metadata", None)
+    pairs = [
+        [events[0], {"id": 1, "source": "user", "observation": "null", "content": "", "cause": 0}]
+    ]
+    pairs += [[events[1], events[2]], [events[3], {"id": 6, "observation": "null", "cause": 5}]]
+    line = {"instance_id": "game-2048", "instruction": "make 2048", "history": pairs}
+    line["git_patch"] = "diff --git a/game.py b/game.py"
+    path = tmp_path / "output.jsonl"
+    path.write_bytes(orjson.dumps(line) + b"\n")
+    (traj,) = read(path, "openhands")
+    assert [m.role for m in traj.messages] == ["user", "assistant", "user", "assistant"]
+    assert traj.messages[2].text() == events[2]["content"]
+    assert traj.messages[3].extra["action"] == "finish"
+    assert [e["observation"] for e in traj.metadata["openhands"]["other_events"]] == [
+        "null",
+        "null",
+    ]
+    assert traj.task.data["git_patch"].startswith("diff --git")
+    assert traj.outcome.termination_reason == "submitted"

@@ -16,7 +16,9 @@ action is the system message (its `args.tools` the run's tools); a `message` act
 user or assistant message by its source; the actions one model response produced (same
 `model_response.id`) are one assistant message, with the response's text and every tool
 call, and `extra["event_ids"]` listing them; an observation with `tool_call_metadata` is the
-tool message answering its call. Other events (`recall`, state changes, observations that
+tool message answering its call. An agent action no tool call produced (older, text-based
+CodeAct histories) is an assistant message with its `thought` (else its `message`), and
+the observation it caused a user message. Other events (`recall`, state changes, observations that
 answer no call) reached the model only through OpenHands' prompt building, so they are not
 messages: they are kept in `metadata["openhands"]["other_events"]`. Each model response is
 an `LLMCall` (its usage, latency from `metrics.response_latencies`, the raw response),
@@ -54,6 +56,8 @@ from trajforge.importers.fields import json_text, mapping, rest, sequence
 from trajforge.schema import Outcome, Source, Task, TerminationReason, Trajectory, Usage
 
 _SECRET_WORDS = ("key", "secret", "token", "password")
+_NOT_SPOKEN = {"recall", "change_agent_state", "condensation", "condensation_request", "null"}
+"""Agent actions that are OpenHands' own bookkeeping, not something the model said."""
 _DATASET_ENVIRONMENTS = {"swe": "swe-bench"}
 
 
@@ -164,6 +168,7 @@ class _Run:
     tools: list[Any] = field(default_factory=list)
     finished: bool = False
     _by_response: dict[str, int] = field(default_factory=dict)
+    _text_actions: set[Any] = field(default_factory=set)
 
     def __post_init__(self) -> None:
         for position, event in enumerate(self.events):
@@ -171,22 +176,33 @@ class _Run:
 
     def _read(self, event: dict[str, Any], where: str) -> None:
         metadata = event.get("tool_call_metadata")
+        action = event.get("action")
         if "observation" in event:
-            if isinstance(metadata, dict):
-                self._tool_result(event, metadata)
-            else:
-                self.others.append(event)
-        elif event.get("action") == "system":
+            self._observation(event, metadata)
+        elif action == "system":
             self.tools = sequence(mapping(event.get("args"), f"{where}.args").get("tools"), "tools")
             self.messages.append(_plain_message("system", event, "content"))
         elif isinstance(metadata, dict):
             self._model_action(event, metadata, where)
-        elif event.get("action") == "message":
+        elif action == "message":
             role = "user" if event.get("source") == "user" else "assistant"
             self.messages.append(_plain_message(role, event, "content"))
+        elif event.get("source") == "agent" and action not in _NOT_SPOKEN:
+            self._text_actions.add(event.get("id"))
+            self.messages.append(_plain_message("assistant", event, "thought"))
         else:
             self.others.append(event)
-        self.finished |= event.get("action") == "finish"
+        self.finished |= action == "finish"
+
+    def _observation(self, event: dict[str, Any], metadata: Any) -> None:
+        if isinstance(metadata, dict):
+            self._tool_result(event, metadata)
+        elif event.get("cause") in self._text_actions and event.get("observation") != "null":
+            message = _plain_message("user", event, "content")
+            message["content"] = event.get("content")
+            self.messages.append(message)
+        else:
+            self.others.append(event)
 
     def _model_action(self, event: dict[str, Any], metadata: dict[str, Any], where: str) -> None:
         response = mapping(metadata.get("model_response"), f"{where}.model_response")
@@ -273,7 +289,7 @@ def _event_rest(event: dict[str, Any]) -> dict[str, Any]:
 
 def _plain_message(role: str, event: dict[str, Any], key: str) -> dict[str, Any]:
     args = mapping(event.get("args"), "args")
-    content = args.get(key, event.get("message"))
+    content = args.get(key) or event.get("message")
     extra = {"event_id": event.get("id")} | rest(event, "id")
     if role == "system":
         extra["args"] = rest(args, "tools")
@@ -311,8 +327,7 @@ def _trajectory(run: _Run, path: Path, line: dict[str, Any], resolved: bool | No
                 environment=_environment(metadata),
                 instruction=line.get("instruction") or _first_user(run.messages),
                 gold=instance.get("patch") or instance.get("fix_patch"),
-                data=({"instance": instance} if instance else {})
-                | ({"git_patch": test_result["git_patch"]} if "git_patch" in test_result else {}),
+                data=({"instance": instance} if instance else {}) | _git_patch(line, test_result),
             ),
             source=Source(
                 harness="openhands",
@@ -349,6 +364,12 @@ _LINE_FIELDS = (
     "history",
     "test_result",
 )
+
+
+def _git_patch(line: dict[str, Any], test_result: dict[str, Any]) -> dict[str, Any]:
+    """The patch the agent made: `test_result.git_patch`, or at the top in older outputs."""
+    patch = test_result.get("git_patch", line.get("git_patch"))
+    return {} if patch is None else {"git_patch": patch}
 
 
 def _add_latencies(calls: list[dict[str, Any]], metrics: dict[str, Any]) -> None:
