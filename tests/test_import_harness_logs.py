@@ -17,6 +17,7 @@ from trajforge.cli.main import app
 from trajforge.errors import InputError
 from trajforge.importers import import_paths
 from trajforge.importers.registry import detect_format, importer
+from trajforge.jsonfile import line_ranges
 from trajforge.schema import Trajectory
 from trajforge.store import Store
 
@@ -388,3 +389,12 @@ def test_openhands_text_actions_without_tool_calls(formats: Path, tmp_path: Path
     ]
     assert traj.task.data["git_patch"].startswith("diff --git")
     assert traj.outcome.termination_reason == "submitted"
+
+
+def test_openhands_event_list_read_in_parts_is_one_run(formats: Path) -> None:
+    """Workers cut a big file into line ranges; an event list is still one run."""
+    path = formats / "openhands/harbor-rfc__openhands_trajectory.json"
+    parts = line_ranges(path, 4096)
+    assert len(parts) > 1
+    runs = [t for part in parts for t in importer("openhands").read_lines(path, part)]
+    assert len(runs) == 1 and len(runs[0].messages) == 5

@@ -83,8 +83,11 @@ class OpenHandsImporter:
         return self.read_lines(path, WHOLE_FILE)
 
     def read_lines(self, path: Path, lines: LineRange) -> Iterator[Trajectory]:
+        """The runs of `lines` of an output.jsonl; an event list is one JSON document, read
+        whole with the part that starts the file (the others give nothing)."""
         if not _is_jsonl(path):
-            yield _event_list(path)
+            if lines.start == 0:
+                yield _event_list(path)
             return
         verdicts = _verdicts(path)
         for number, record in iter_jsonl(path, lines):
