@@ -27,7 +27,7 @@ from trajforge.importers.base import (
 from trajforge.importers.registry import detect_format, require_format
 from trajforge.jsonfile import line_ranges
 from trajforge.processes import ignore_interrupts, usable_cores, worker_pool
-from trajforge.schema import Trajectory
+from trajforge.schema import IMPORT_WARNINGS, Trajectory
 from trajforge.store import EncodedTrajectory, Store, encode
 
 
@@ -216,9 +216,17 @@ when its format has a run per line (`ReadsLineRanges`), else in this process whi
 stored, run by run; it is never held whole."""
 PART_BYTES = 8_000_000
 
-_Runs = Iterable[EncodedTrajectory] | str
+
+class _Encoded(NamedTuple):
+    """A run ready for the store, and what its importer could not read of it."""
+
+    run: EncodedTrajectory
+    warnings: tuple[str, ...] = ()
+
+
+_Runs = Iterable[_Encoded] | str
 """A file's encoded runs, or why the file cannot be imported."""
-_Read = list[EncodedTrajectory] | str
+_Read = list[_Encoded] | str
 
 
 def import_jobs(
@@ -330,7 +338,7 @@ class _ReadAhead:
             else:
                 yield self._parts(index, future, path)
 
-    def _parts(self, index: int, future: Future[_Read], path: Path) -> Iterator[EncodedTrajectory]:
+    def _parts(self, index: int, future: Future[_Read], path: Path) -> Iterator[_Encoded]:
         """The runs of a file read in parts; a part that fails fails the file."""
         while True:
             runs = _result(future, path)
@@ -397,13 +405,14 @@ def _read_piece(
 
 def _encoded_runs(
     path: Path, trajs: Iterable[Trajectory], overrides: SourceOverrides, first: str = ""
-) -> Iterator[EncodedTrajectory]:
-    """The runs encoded; a run too deeply nested to store is named by its index (`first`:
-    where the runs start, when they are a part of the file)."""
+) -> Iterator[_Encoded]:
+    """The runs encoded, with their import warnings; a run too deeply nested to store is
+    named by its index (`first`: where the runs start, when they are a part of the file)."""
     runs = _Counted(overrides.apply(trajs))
     try:
         for traj in runs:
-            yield encode(traj)
+            warnings = traj.metadata.get(IMPORT_WARNINGS) or ()
+            yield _Encoded(encode(traj), tuple(map(str, warnings)))
     except (PydanticSerializationError, RecursionError):
         problem = "cannot store the run: a value is nested too deeply"
         record = f"{first}{runs.count - 1}" if first else runs.count - 1
@@ -420,7 +429,7 @@ def _store_file(store: Store, path: Path, imp: Importer, runs: _Runs) -> FileRes
         with store.savepoint():
             for encoded in runs:
                 _add_warnings(result, encoded.warnings)
-                if store.add_encoded(encoded):
+                if store.add_encoded(encoded.run):
                     added += 1
                 else:
                     duplicates += 1

@@ -14,7 +14,7 @@ from pydantic import BaseModel
 from pydantic_core import to_json
 
 from trajforge.errors import UserError
-from trajforge.schema import FORMAT_VERSION, IMPORT_WARNINGS, Outcome, Trajectory
+from trajforge.schema import FORMAT_VERSION, Outcome, Trajectory
 from trajforge.store.filters import TrajectoryFilter
 from trajforge.store.migrations import migrate
 from trajforge.store.opening import check_is_trajforge, check_store_path, store_error
@@ -73,8 +73,6 @@ class EncodedTrajectory(NamedTuple):
     """The JSON document, `id` included."""
     search: RunSearchText = RunSearchText("", None, None)
     """What the full-text index holds for the run."""
-    warnings: tuple[str, ...] = ()
-    """What the importer could not read of the run (`metadata["import_warnings"]`)."""
 
     @property
     def id(self) -> str:
@@ -88,10 +86,7 @@ class EncodedTrajectory(NamedTuple):
 def encode(traj: Trajectory) -> EncodedTrajectory:
     """Serialize once: sets `traj.id` to its content id when empty (as `Store.add` does)."""
     traj.id, document = traj.identified_document()
-    warnings = traj.metadata.get(IMPORT_WARNINGS) or ()
-    return EncodedTrajectory(
-        _row_values(traj), document, run_search_text(traj), tuple(map(str, warnings))
-    )
+    return EncodedTrajectory(_row_values(traj), document, run_search_text(traj))
 
 
 def _row_values(traj: Trajectory) -> tuple:
@@ -133,7 +128,7 @@ def _text_or_none(value: object) -> str | None:
 
 def _checked(encoded: EncodedTrajectory) -> EncodedTrajectory:
     """Refuse an encoded trajectory whose document does not open with its row's identity."""
-    row, document, search = encoded.row, encoded.document, encoded.search
+    row, document, search = encoded
     if not isinstance(search, RunSearchText):
         raise ValueError("not an encoded trajectory (use trajforge.store.encode)")
     if len(row) != _N_ROW_VALUES or not isinstance(row[1], int) or not isinstance(document, bytes):
