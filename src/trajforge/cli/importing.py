@@ -27,7 +27,11 @@ def import_command(
     db: DbOption = None,
     fmt: Annotated[
         str | None,
-        typer.Option("--format", help=f"Force a format: {', '.join(DETECTION_ORDER)}."),
+        typer.Option(
+            "--format",
+            help=f"Force a format: {', '.join(DETECTION_ORDER)}, an installed plug-in's "
+            "(trajforge formats), or an importer class as module:Class.",
+        ),
     ] = None,
     model: Annotated[
         str | None,
