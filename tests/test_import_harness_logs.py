@@ -15,6 +15,8 @@ from typer.testing import CliRunner
 
 from trajforge.cli.main import app
 from trajforge.errors import InputError
+from trajforge.export.atif import to_atif
+from trajforge.export.atif_rules import atif_errors
 from trajforge.importers import import_paths
 from trajforge.importers.registry import detect_format, importer
 from trajforge.jsonfile import line_ranges
@@ -398,3 +400,21 @@ def test_openhands_event_list_read_in_parts_is_one_run(formats: Path) -> None:
     assert len(parts) > 1
     runs = [t for part in parts for t in importer("openhands").read_lines(path, part)]
     assert len(runs) == 1 and len(runs[0].messages) == 5
+
+
+def test_atif_v16_content_parts(formats: Path, tmp_path: Path) -> None:
+    data = orjson.loads((formats / INVALID_JSON).read_bytes())
+    data["schema_version"] = "ATIF-v1.6"
+    parts = [{"type": "text", "text": "Look:"}, {"type": "image", "source": {"path": "a.png"}}]
+    data["steps"][0]["message"] = parts
+    data["steps"][1]["observation"]["results"][0]["content"] = parts[:1]
+    path = tmp_path / "v16.json"
+    path.write_bytes(orjson.dumps(data))
+    (traj,) = read(path, "atif")
+    assert traj.messages[0].content == parts and traj.messages[0].text() == "Look:\n"
+    assert traj.messages[2].content == parts[:1]
+    assert "import_warnings" not in traj.metadata
+    exported = to_atif(traj)
+    assert atif_errors(exported) == []
+    assert exported["steps"][0]["message"] == "Look:\n"
+    assert exported["steps"][0]["extra"]["content_parts"] == parts
