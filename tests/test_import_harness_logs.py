@@ -418,3 +418,23 @@ def test_atif_v16_content_parts(formats: Path, tmp_path: Path) -> None:
     assert atif_errors(exported) == []
     assert exported["steps"][0]["message"] == "Look:\n"
     assert exported["steps"][0]["extra"]["content_parts"] == parts
+
+
+def test_runs_that_failed_before_their_first_event(formats: Path, tmp_path: Path) -> None:
+    """An OpenHands instance with no history, an Inspect sample with no messages: the run is
+    the task it was given (a run of no messages is refused, and would fail the whole file)."""
+    line = orjson.loads((formats / OUTPUT).read_bytes().splitlines()[2])
+    line["history"] = []
+    path = tmp_path / "output.jsonl"
+    path.write_bytes(orjson.dumps(line) + b"\n")
+    (traj,) = read(path, "openhands")
+    assert [m.role for m in traj.messages] == ["user"] and traj.messages[0].extra[
+        "from_instruction"
+    ]
+    assert traj.outcome.termination_reason == "max_steps"
+    log = orjson.loads((formats / "inspect/inspect_ai__log_read_sample.json").read_bytes())
+    log["samples"][0]["messages"] = []
+    path = tmp_path / "log.json"
+    path.write_bytes(orjson.dumps(log))
+    (sample,) = read(path, "inspect")
+    assert sample.messages[0].text() == log["samples"][0]["input"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import io
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
@@ -11,6 +12,10 @@ from typing import NamedTuple
 import orjson
 
 from trajforge.errors import InputError
+
+READ_ERRORS = (OSError, EOFError, zlib.error)
+"""What reading a file can raise: the file system, a gzip stream cut short (EOFError) or
+corrupt (a bad header is an OSError, a bad compressed block a `zlib.error`)."""
 
 
 def open_binary(path: Path) -> io.BufferedIOBase:
@@ -30,7 +35,7 @@ def load_json(path: Path) -> object:
     try:
         with open_binary(path) as handle:
             data = handle.read()
-    except (OSError, EOFError) as exc:
+    except READ_ERRORS as exc:
         raise InputError(str(path), f"cannot read file: {exc}") from exc
     try:
         return orjson.loads(data)
@@ -71,7 +76,7 @@ def iter_jsonl(path: Path, lines: LineRange = WHOLE_FILE) -> Iterator[tuple[int,
                     left -= len(line)
                 if line.strip():
                     yield number, _parse_line(path, number, line)
-        except (OSError, EOFError) as exc:
+        except READ_ERRORS as exc:
             raise InputError(str(path), f"cannot read file: {exc}", f"line {number + 1}") from exc
 
 

@@ -11,7 +11,7 @@ from rich.table import Table
 
 from trajforge.cli.common import DbOption, JsonOption, console, open_store, print_json
 from trajforge.cli.options import RunFilter, option_sets
-from trajforge.cli.render import render_diagnoses, render_trajectory
+from trajforge.cli.render import render_diagnoses, render_metadata_changes, render_trajectory
 from trajforge.store import TrajectoryRow
 
 
@@ -105,15 +105,18 @@ def show_command(
 ) -> None:
     """Show one trajectory: messages, tool calls, labels, faults and outcome."""
     from trajforge.diagnose.storage import load_diagnoses  # `ls` does not need it
+    from trajforge.store.metadata import metadata_history
 
     with open_store(db) as store:
         traj = store.get(traj_id)
         diagnoses = load_diagnoses(store, [traj.id])
+        changes = metadata_history(store, traj.id)
     if json_out:
         print_json(traj.model_dump(mode="json"))
         return
     render_trajectory(console, traj, full=full)
     render_diagnoses(console, diagnoses)
+    render_metadata_changes(console, changes)
     if risk is not None:
         from trajforge.cli.monitor import render_risk  # scikit-learn loads only when asked
 

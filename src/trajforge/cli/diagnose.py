@@ -139,6 +139,7 @@ def _run(db, flt, make_localizer, json_out) -> None:
         print_json([d.summary() for d in diagnoses])
         return
     console.print(diagnoses_table(diagnoses))
+    _print_deviations(diagnoses)
     verified = sum(d.verified for d in diagnoses)
     console.print(
         f"{len(diagnoses)} failed runs diagnosed; {verified} corrections verified on the first "
@@ -159,26 +160,67 @@ def _print_failed_calls(diagnoses: list[Diagnosis]) -> None:
         console.print(f"  {d.trajectory_id}: {d.details['failed_call']}", markup=False)
 
 
+TABLE_CAPTION = (
+    "decisive msg: message index of the decisive error (N+ = an omission: the run ended at "
+    "message N without the action it needed; - = none found). no return (counterfactual): "
+    "the last message from which the expert still succeeds. first dev: the first message "
+    "where the expert would have acted otherwise and it matters (*: the correction there "
+    "alone repairs the run). verified: the correction, sent at the decisive message and "
+    "continued by the expert (fork) or checked against the record (evidence), passes; it "
+    "does not say the message is the first mistake."
+)
+
+
 def diagnoses_table(diagnoses: list[Diagnosis]) -> Table:
-    table = Table(
-        title=f"{len(diagnoses)} diagnoses",
-        caption="step: the decisive assistant step; N+ = an omission (the run ended at step N "
-        "without the action it needed); - = none found",
-    )
-    for column in ("trajectory", "step", "agent", "category", "verified", "by", "method"):
-        table.add_column(column)
+    table = Table(title=f"{len(diagnoses)} diagnoses", caption=TABLE_CAPTION)
+    columns = ("trajectory", "decisive msg", "no return", "first dev", "agent", "category")
+    for column in (*columns, "correction", "verified", "by", "method"):
+        table.add_column(column, overflow="fold" if column == "correction" else "ellipsis")
     for d in diagnoses:
-        verdict = "[green]yes" if d.verified else "[red]no"
         table.add_row(
             d.trajectory_id,
             "-" if d.step is None else str(d.step) + ("+" if d.omission else ""),
+            "" if d.point_of_no_return is None else str(d.point_of_no_return),
+            _deviation_cell(d),
             d.agent or "",
             d.category or "",
-            verdict,
+            _shorten(d.correction.text()) if d.correction else "",
+            "[green]yes" if d.verified else "[red]no",
             d.verification.method if d.verification else "",
-            d.method,
+            d.method + (" (abstained: prior)" if d.abstained else ""),
         )
     return table
+
+
+def _deviation_cell(d: Diagnosis) -> str:
+    found = d.first_deviation
+    if found is None:
+        return ""
+    return f"{found.message_index}{'*' if found.repaired else ''} {found.reason}"
+
+
+def _shorten(text: str, limit: int = 60) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _print_deviations(diagnoses: list[Diagnosis]) -> None:
+    """The first deviations before the point of no return, with their corrections."""
+    earlier = [
+        d
+        for d in diagnoses
+        if d.first_deviation and d.step is not None and d.first_deviation.message_index < d.step
+    ]
+    for d in earlier:
+        found = d.first_deviation
+        assert found is not None
+        fix = found.correction.text() if found.correction else "-"
+        repaired = {True: "repairs the run", False: "does not repair it alone", None: "not tried"}
+        console.print(
+            f"{d.trajectory_id}: first deviation at message {found.message_index} "
+            f"({found.reason}: {found.detail}); correction: {_shorten(fix, 120)} "
+            f"[{repaired[found.repaired]}]",
+            markup=False,
+        )
 
 
 SplitOption = Annotated[

@@ -21,6 +21,7 @@ from trajforge.cli.common import (
 )
 from trajforge.cli.options import Endpoint, Offer, RunFilter, option_sets
 from trajforge.errors import UserError
+from trajforge.serve.request import MAX_BODY_BYTES
 
 train_app = typer.Typer(help="Train a student on trajforge data.", no_args_is_help=True)
 
@@ -134,16 +135,35 @@ def serve_command(
     host: Annotated[
         str, typer.Option("--host", help="Interface (loopback default).")
     ] = "127.0.0.1",
-    max_batch: Annotated[int, typer.Option("--max-batch", help="Requests per batch.")] = 64,
-    max_wait_ms: Annotated[float, typer.Option("--max-wait-ms", help="Batching wait.")] = 5.0,
+    max_batch: Annotated[int, typer.Option("--max-batch", min=1, help="Requests per batch.")] = 64,
+    max_wait_ms: Annotated[
+        float, typer.Option("--max-wait-ms", min=0, help="Batching wait.")
+    ] = 5.0,
+    max_body_mb: Annotated[
+        float, typer.Option("--max-body-mb", min=0.01, help="Larger request bodies get a 413.")
+    ] = MAX_BODY_BYTES / 2**20,
+    reload_token: Annotated[
+        str | None,
+        typer.Option(
+            "--reload-token",
+            envvar="TRAJFORGE_RELOAD_TOKEN",
+            help="Token that opens POST /admin/reload (better from $TRAJFORGE_RELOAD_TOKEN); "
+            "without one, reloads are refused.",
+        ),
+    ] = None,
 ) -> None:
     """Serve a checkpoint as an OpenAI-compatible chat model (tool calls, token ids, logprobs)."""
     import uvicorn
 
-    from trajforge.serve.app import StudentApp
+    from trajforge.serve.app import ServeConfig, StudentApp
+    from trajforge.serve.reload import add_reload_route
     from trajforge.serve.student import Student
 
-    app = StudentApp(Student(checkpoint), max_batch=max_batch, max_wait_ms=max_wait_ms)
+    config = ServeConfig(
+        max_batch=max_batch, max_wait_ms=max_wait_ms, max_body_bytes=int(max_body_mb * 2**20)
+    )
+    app = StudentApp(Student(checkpoint), config)
+    add_reload_route(app, reload_token or None)
     err_console.print(
         f"student {checkpoint} on http://{host}:{port}/v1 (Ctrl-C stops)", highlight=False
     )

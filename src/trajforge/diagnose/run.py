@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import get_args
 
+from trajforge.diagnose.explain import complete_at_step
 from trajforge.diagnose.localize import LOCALIZERS, Localizer
 from trajforge.diagnose.model import Diagnosis, Method, Verification, no_decisive_error
 from trajforge.diagnose.storage import save_diagnoses
@@ -73,10 +74,12 @@ def recorded_method(name: str) -> Method:
 
 
 def diagnose_run(traj: Trajectory, localizer: Localizer) -> Diagnosis:
-    """Stages 1-4 on one failed run (the diagnosis is returned, not stored)."""
+    """Stages 1-4 on one failed run (the diagnosis is returned, not stored); a localizer that
+    names only a message gets its category and correction from `explain.complete_at_step`."""
     diagnosis = localizer.localize(traj)
     if diagnosis is None:
         diagnosis = no_decisive_error(traj.id, recorded_method(localizer.name))
+    diagnosis = complete_at_step(traj, diagnosis)
     diagnosis.verification = verify(traj, diagnosis)
     diagnosis.details.setdefault("first_proposal_verified", diagnosis.verified)
     return diagnosis.with_id()

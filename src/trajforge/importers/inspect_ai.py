@@ -11,7 +11,8 @@ of the pool) instead of repeating it. A newer version is read as version 3 and t
 report lists the sample fields it does not know (kept in metadata). Strings
 `attachment://<hash>` anywhere in a sample are replaced by the sample's `attachments[hash]`.
 
-Step mapping: message index = position in the sample's `messages`. Inspect has no step
+Step mapping: message index = position in the sample's `messages` (a sample with none,
+one that failed before its first model call, has its `input` as messages). Inspect has no step
 numbers: its model events become `llm_calls`, in event order, each linked to the assistant
 message whose `id` is its output message's id (`message_index`), with the output (and its
 `logprobs`, whose values also go to `LLMCall.logprobs`), usage, time and the request:
@@ -212,7 +213,7 @@ def _sample_to_trajectory(log: _Log, raw: dict[str, Any]) -> Trajectory:
     sample = _resolved(raw, mapping(raw.get("attachments"), "attachments"), warnings)
     messages = [
         _message(m, f"messages[{i}]")
-        for i, m in enumerate(sequence(sample.get("messages"), "messages"))
+        for i, m in enumerate(sequence(sample.get("messages"), "messages") or _input(sample))
     ]
     ids = {m["extra"]["id"]: i for i, m in enumerate(messages) if "id" in m["extra"]}
     calls, events, tools = _model_calls(sequence(sample.get("events"), "events"), ids)
@@ -257,6 +258,15 @@ _MAPPED_SAMPLE_KEYS = (
     "scores",
     *_TASK_FIELDS,
 )
+
+
+def _input(sample: dict[str, Any]) -> list[Any]:
+    """The sample's input as messages: the run of a sample that failed before its first
+    model call (its `messages` empty) is what it was given."""
+    value = sample.get("input")
+    if isinstance(value, str):
+        return [{"role": "user", "content": value, "source": "input"}]
+    return value if isinstance(value, list) else []
 
 
 def _resolved(value: Any, attachments: dict[str, Any], warnings: list[str]) -> Any:

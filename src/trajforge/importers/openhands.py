@@ -25,6 +25,9 @@ an `LLMCall` (its usage, latency from `metrics.response_latencies`, the raw resp
 linked to its assistant message; OpenHands keeps no token ids. Event fields other than
 those mapped stay in the message's `extra` (the response itself only in the call).
 
+A line whose `history` is empty (the instance failed before its first event) is a run of
+one user message, its `instruction` (`extra["from_instruction"]`), with its `error`.
+
 Outcome: from the line's `test_result.report.resolved` (SWE-bench evaluation output),
 else from a verdict file beside it: `<name>.report.json` or `report.json` with
 `resolved_ids` / `unresolved_ids` (the SWE-bench harness summary); otherwise unknown.
@@ -143,6 +146,11 @@ def _flattened(events: list[Any]) -> list[dict[str, Any]]:
 
 def _evaluation_line(line: dict[str, Any], path: Path, verdicts: dict[str, bool]) -> Trajectory:
     run = _Run(_flattened(sequence(line.get("history"), "history")))
+    instruction = line.get("instruction")
+    if not run.messages and isinstance(instruction, str):
+        # an instance that failed before its first event: the run is the task it was given
+        extra = {"from_instruction": True}
+        run.messages.append({"role": "user", "content": instruction, "extra": extra})
     instance_id = line.get("instance_id")
     if instance_id is None:
         raise KeyError("instance_id")

@@ -4,16 +4,20 @@ from trajforge.store.filters import TrajectoryFilter
 from trajforge.store.sqlite import (
     DB_ENV_VAR,
     EncodedTrajectory,
+    QueryTooSlow,
     Store,
     TrajectoryRow,
     default_db_path,
     encode,
 )
+from trajforge.store.threads import ThreadStores
 
 __all__ = [
     "DB_ENV_VAR",
     "EncodedTrajectory",
+    "QueryTooSlow",
     "Store",
+    "ThreadStores",
     "TrajectoryFilter",
     "TrajectoryRow",
     "default_db_path",

@@ -17,7 +17,7 @@ from pydantic import BaseModel, Field
 
 from trajforge.errors import UserError
 from trajforge.store.filters import TrajectoryFilter
-from trajforge.store.sqlite import Store
+from trajforge.store.sqlite import Store, interrupted
 
 SortKey = Literal[
     "created", "harness", "model", "environment", "task_id", "success", "steps", "tokens", "reward"
@@ -34,6 +34,8 @@ _SORT_COLUMNS: dict[str, str] = {
     "reward": "t.reward",
 }
 MAX_PER_PAGE = 500
+MAX_PAGE = 1_000_000
+"""A page past this is refused (its offset would be over 500 million runs)."""
 SNIPPET_MARKS = ("\x02", "\x03")
 """Start and end of a matched term in a snippet (control characters, never in the text)."""
 
@@ -45,7 +47,7 @@ class RunQuery(BaseModel):
     q: str | None = Field(default=None, description="Full-text query (FTS5 syntax).")
     sort: SortKey = Field(default="created", description="Column to sort by.")
     descending: bool = Field(default=True, description="Largest (newest) first.")
-    page: int = Field(default=1, ge=1, description="Page number, from 1.")
+    page: int = Field(default=1, ge=1, le=MAX_PAGE, description="Page number, from 1.")
     per_page: int = Field(default=50, ge=1, le=MAX_PER_PAGE, description="Runs per page.")
 
 
@@ -154,6 +156,8 @@ def check_search(store: Store, q: str) -> None:
     try:
         store.db.execute(CHECK_SEARCH_SQL, (q,)).fetchone()
     except sqlite3.OperationalError as exc:
+        if interrupted(exc):
+            raise
         raise UserError(
             f"search query {q!r} is not valid: {str(exc).removeprefix('fts5: ')}. Write words, "
             '"quoted phrases", AND / OR / NOT, or prefix*; put text with symbols in double '

@@ -23,6 +23,9 @@ from trajforge.store.search_text import RunSearchText, run_search_text
 DEFAULT_DB = "trajforge.db"
 BULK_CHECKPOINT_PAGES = 65536
 BUSY_TIMEOUT_MS = 30000
+BUDGET_CHECK_STEPS = 1000
+"""SQLite virtual-machine steps between two looks at a read's time budget (FTS5 expanding a
+prefix* term takes about 0.1 s per 1000 steps on a big index)."""
 PENDING_INDEX_CHARS = 1_000_000
 DB_ENV_VAR = "TRAJFORGE_DB"
 
@@ -53,6 +56,10 @@ class TrajectoryRow(BaseModel):
     fork_index: int | None
     format: str | None
     source_file: str | None
+
+
+class QueryTooSlow(UserError):
+    """A read ran past its time budget and SQLite stopped it (`Store.time_budget`)."""
 
 
 def default_db_path() -> Path:
@@ -285,6 +292,27 @@ class Store:
         finally:
             self._defer_index = False
 
+    @contextmanager
+    def time_budget(self, seconds: float | None) -> Iterator[None]:
+        """Statements run inside stop with `QueryTooSlow` once the block has taken `seconds`
+        (SQLite's progress handler looks at the clock every `BUDGET_CHECK_STEPS` steps: a
+        query stops a fraction of a second past the deadline); None sets no limit."""
+        if seconds is None:
+            yield
+            return
+        deadline = time.monotonic() + seconds
+        self.db.set_progress_handler(lambda: time.monotonic() > deadline, BUDGET_CHECK_STEPS)
+        try:
+            yield
+        except sqlite3.OperationalError as exc:
+            if not interrupted(exc):
+                raise
+            raise QueryTooSlow(
+                f"the query took longer than its budget of {seconds:g} s and was stopped"
+            ) from None
+        finally:
+            self.db.set_progress_handler(None, 0)
+
     def _is_empty(self) -> bool:
         return self.db.execute("SELECT NOT EXISTS (SELECT 1 FROM trajectories)").fetchone()[0]
 
@@ -343,6 +371,25 @@ class Store:
                 (*_row_values(traj), time.time(), _to_json(traj)),
             )
             self._index(cursor.lastrowid, run_search_text(traj))
+
+    def rewrite(self, traj: Trajectory) -> None:
+        """Replace a stored run's document and columns in place: same id, row and
+        `created_at` (listings keep their order), full-text row written again."""
+        found = self.db.execute("SELECT rowid FROM trajectories WHERE id = ?", (traj.id,))
+        row = found.fetchone()
+        if row is None:
+            raise UserError(f"no trajectory with id '{traj.id}' in {self.path}")
+        names = [c.strip() for c in _COLUMNS.split(",")]
+        values = dict(zip(names, (*_row_values(traj), None, _to_json(traj)), strict=True))
+        del values["id"], values["created_at"]
+        assignments = ", ".join(f"{name} = ?" for name in values)
+        with self.transaction():
+            self.db.execute(
+                f"UPDATE trajectories SET {assignments} WHERE id = ?", (*values.values(), traj.id)
+            )
+            self._forget_pending({row[0]})
+            self.db.execute("DELETE FROM run_search WHERE rowid = ?", (row[0],))
+            self._index(row[0], run_search_text(traj))
 
     def _index(self, rowid: int | None, search: RunSearchText) -> None:
         """Write the run's full-text index row (same rowid as its `trajectories` row), or
@@ -503,6 +550,11 @@ class Store:
         if flt.limit is not None:
             sql += f" LIMIT {int(flt.limit)}"
         return sql, params
+
+
+def interrupted(exc: sqlite3.Error) -> bool:
+    """Whether SQLite stopped a statement on request (a time budget), not for a fault of its own."""
+    return isinstance(exc, sqlite3.OperationalError) and str(exc) == "interrupted"
 
 
 def _to_json(traj: Trajectory) -> bytes:

@@ -31,8 +31,14 @@ from trajforge.proxy.config import MonitorStopConfig
 from trajforge.proxy.session import trajectory_id
 from trajforge.rollout.episode import Limits, run_episode
 from trajforge.schema import Task, Trajectory
-from trajforge.serve.app import StudentApp
-from trajforge.serve.reload import RELOAD_PATH, add_reload_route, codec_identity
+from trajforge.serve.app import ServeConfig, StudentApp
+from trajforge.serve.reload import (
+    RELOAD_PATH,
+    add_reload_route,
+    codec_identity,
+    new_reload_token,
+    reload_headers,
+)
 from trajforge.serve.student import Student
 from trajforge.store import Store
 
@@ -79,8 +85,10 @@ class RolloutService:
     """`trajforge serve` for a checkpoint and `trajforge proxy` in front of it, on loopback."""
 
     def __init__(self, checkpoint: Path, db: Path, max_batch: int = 64) -> None:
-        self.served = StudentApp(Student(checkpoint), max_batch=max_batch, max_wait_ms=5.0)
-        add_reload_route(self.served)
+        config = ServeConfig(max_batch=max_batch, max_wait_ms=5.0)
+        self.served = StudentApp(Student(checkpoint), config)
+        self._reload_token = new_reload_token()
+        add_reload_route(self.served, self._reload_token)
         self.server = BackgroundServer(self.served.app)
         self.db = db
         self.proxy: ProxyServer | None = None
@@ -113,7 +121,10 @@ class RolloutService:
     def reload(self, checkpoint: Path) -> None:
         """Swap the served weights for `checkpoint`'s, over HTTP."""
         reply = httpx.post(
-            f"{self.server.url}{RELOAD_PATH}", json={"checkpoint": str(checkpoint)}, timeout=120
+            f"{self.server.url}{RELOAD_PATH}",
+            json={"checkpoint": str(checkpoint)},
+            headers=reload_headers(self._reload_token),
+            timeout=120,
         )
         if reply.status_code != 200:
             raise UserError(f"reloading {checkpoint} failed: {reply.text}")
