@@ -438,3 +438,15 @@ def test_runs_that_failed_before_their_first_event(formats: Path, tmp_path: Path
     path.write_bytes(orjson.dumps(log))
     (sample,) = read(path, "inspect")
     assert sample.messages[0].text() == log["samples"][0]["input"]
+
+
+def test_atif_bad_metrics_name_the_step(formats: Path, tmp_path: Path) -> None:
+    data = orjson.loads((formats / INVALID_JSON).read_bytes())
+    data["steps"][2]["metrics"]["cost_usd"] = "cheap"
+    path = tmp_path / "bad.json"
+    path.write_bytes(orjson.dumps(data))
+    with pytest.raises(InputError) as caught:
+        list(importer("atif").read(path))
+    assert str(caught.value).endswith(
+        "[record $]: step 3 metrics: cost_usd must be a number, got 'cheap'"
+    )

@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from trajforge.errors import InputError
-from trajforge.importers.base import first_char, load_json, record_problem
+from trajforge.importers.base import first_char, load_json, record_problem, short_repr
 from trajforge.importers.fields import (
     json_text,
     mapping,
@@ -366,6 +366,11 @@ def _llm_call(
     segment: int,
     agent: dict[str, Any],
 ) -> dict[str, Any]:
+    where = f"step {step.get('step_id')}"
+    _check_counts(metrics, f"{where} metrics")
+    model = step.get("model_name") or agent.get("model_name")
+    if model is not None and not isinstance(model, str):
+        raise ValueError(f"{where}: model_name must be a string, got {short_repr(model)}")
     prompt, completion = metrics.get("prompt_tokens"), metrics.get("completion_tokens")
     total = prompt + completion if isinstance(prompt, int) and isinstance(completion, int) else None
     prefix = f"seg{segment}-" if segment else ""
@@ -373,7 +378,7 @@ def _llm_call(
     return {
         "id": f"{prefix}step-{step.get('step_id')}",
         "message_index": message_index,
-        "model": step.get("model_name") or agent.get("model_name"),
+        "model": model,
         "usage": {
             "prompt_tokens": prompt,
             "completion_tokens": completion,
@@ -383,6 +388,19 @@ def _llm_call(
         "started_at": unix_time(step.get("timestamp")),
         "extra": rest(metrics, *used),
     } | {key: metrics[key] for key in _METRIC_IDS if metrics.get(key) is not None}
+
+
+_COUNTS = {"prompt_tokens": "an integer", "completion_tokens": "an integer"}
+_COUNTS |= {"cached_tokens": "an integer", "cost_usd": "a number"}
+
+
+def _check_counts(metrics: dict[str, Any], where: str) -> None:
+    """Token counts and cost of a step's metrics (their lists are checked with the run)."""
+    for key, kind in _COUNTS.items():
+        value = metrics.get(key)
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        if value is not None and not (number and (kind == "a number" or isinstance(value, int))):
+            raise ValueError(f"{where}: {key} must be {kind}, got {short_repr(value)}")
 
 
 def _trajectory(
