@@ -136,7 +136,7 @@ class _Log:
         self.reductions = sequence(header.get("reductions"), "reductions")
 
     @property
-    def eval(self) -> dict[str, Any]:
+    def spec(self) -> dict[str, Any]:
         return mapping(self.header.get("eval"), "eval")
 
     def primary_scorer(self) -> str | None:
@@ -218,7 +218,7 @@ def _sample_to_trajectory(log: _Log, raw: dict[str, Any]) -> Trajectory:
     ids = {m["extra"]["id"]: i for i, m in enumerate(messages) if "id" in m["extra"]}
     calls, events, tools = _model_calls(sequence(sample.get("events"), "events"), ids)
     header = rest(log.header, "reductions", IMPORT_WARNINGS)
-    spec = log.eval
+    spec = log.spec
     inspect: dict[str, Any] = {
         "header": header,
         "sample": rest(sample, *_MAPPED_SAMPLE_KEYS),
