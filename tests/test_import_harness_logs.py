@@ -450,3 +450,40 @@ def test_atif_bad_metrics_name_the_step(formats: Path, tmp_path: Path) -> None:
     assert str(caught.value).endswith(
         "[record $]: step 3 metrics: cost_usd must be a number, got 'cheap'"
     )
+
+
+def test_inspect_older_sample_layout(formats: Path, tmp_path: Path) -> None:
+    """Older logs: events and attachments under `transcript`, one `score`."""
+    log = orjson.loads((formats / "inspect/inspect_ai__log_read_sample.json").read_bytes())
+    sample = log["samples"][0]
+    current = read(formats / "inspect/inspect_ai__log_read_sample.json", "inspect")[0]
+    sample["transcript"] = {"events": sample.pop("events"), "content": sample.pop("attachments")}
+    sample["score"] = sample.pop("scores")["match"]
+    path = tmp_path / "old.json"
+    path.write_bytes(orjson.dumps(log))
+    (traj,) = read(path, "inspect")
+    assert traj.outcome.success is True and "attachment://" not in document(traj)
+    assert len(traj.llm_calls) == len(current.llm_calls) == 1
+    assert traj.metadata["inspect"]["events"] == current.metadata["inspect"]["events"]
+
+
+def test_openhands_line_longer_than_the_head(formats: Path, tmp_path: Path) -> None:
+    line = orjson.loads((formats / OUTPUT).read_bytes().splitlines()[0])
+    first = {"instance_id": line["instance_id"], "instruction": line["instruction"] * 40}
+    path = tmp_path / "output.jsonl"
+    path.write_bytes(orjson.dumps(first | line | {"instruction": first["instruction"]}) + b"\n")
+    assert path.read_bytes().index(b'"history"') > 65536
+    (traj,) = read(path, "openhands")
+    assert traj.task.id == line["instance_id"]
+
+
+def test_atif_embedded_subagent_without_version(formats: Path, tmp_path: Path) -> None:
+    parent = orjson.loads((formats / TERMINUS).read_bytes())
+    parent |= {"schema_version": "ATIF-v1.7", "trajectory_id": "root"}
+    parent["subagent_trajectories"] = [
+        {"trajectory_id": "s", "steps": [{"source": "agent", "message": "Summary."}]}
+    ]
+    path = tmp_path / "v17.json"
+    path.write_bytes(orjson.dumps(parent))
+    _, sub = read(path, "atif")
+    assert "import_warnings" not in sub.metadata and sub.messages[0].text() == "Summary."

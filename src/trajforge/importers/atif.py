@@ -237,7 +237,7 @@ def _trajectories(chain: _Chain, verdict: _Verdict) -> Iterator[Trajectory]:
 
 
 def _subagent(sub: dict[str, Any], parent: Trajectory, verdict: _Verdict) -> Iterator[Trajectory]:
-    built = _Built()
+    built = _Built(embedded=True)
     _read_document(sub, 0, built)
     head = _root_fields(sub)
     atif = parent.metadata["atif"]
@@ -268,10 +268,13 @@ class _Built:
     warnings: list[str] = field(default_factory=list)
     firsts: list[int] = field(default_factory=list)
     submitted: bool = False
+    embedded: bool = False
+    """An embedded subagent trajectory, whose version may be left to its parent's."""
 
 
 def _read_document(document: dict[str, Any], segment: int, built: _Built) -> None:
-    _check_version(document, built.warnings)
+    if segment or "schema_version" in document or not built.embedded:
+        _check_version(document, built.warnings)
     agent = mapping(document.get("agent"), "agent")
     if segment:
         built.firsts.append(len(built.messages))

@@ -10,6 +10,8 @@ message once) and its model events name their input by `input_refs` (`[start, en
 of the pool) instead of repeating it. A newer version is read as version 3 and the import
 report lists the sample fields it does not know (kept in metadata). Strings
 `attachment://<hash>` anywhere in a sample are replaced by the sample's `attachments[hash]`.
+Older logs keep a sample's events and attachments in `transcript{events, content}` and a
+single `score`: they are read the same way.
 
 Step mapping: message index = position in the sample's `messages` (a sample with none,
 one that failed before its first model call, has its `input` as messages). Inspect has no step
@@ -90,6 +92,8 @@ _SAMPLE_KEYS = frozenset(
         "completed_at",
         "invalidation",
         "role_usage",
+        "transcript",
+        "score",
     ]
 )
 _TASK_FIELDS = ("epoch", "metadata", "choices", "files", "setup", "sandbox")
@@ -210,6 +214,7 @@ def _sample_to_trajectory(log: _Log, raw: dict[str, Any]) -> Trajectory:
     if log.version > NEWEST_VERSION:
         skipped = unknown_keys(raw, _SAMPLE_KEYS)
         warnings.append(newer_version_warning("log format", str(log.version), "3", skipped))
+    raw = _older_layout(raw)
     sample = _resolved(raw, mapping(raw.get("attachments"), "attachments"), warnings)
     messages = [
         _message(m, f"messages[{i}]")
@@ -258,6 +263,20 @@ _MAPPED_SAMPLE_KEYS = (
     "scores",
     *_TASK_FIELDS,
 )
+
+
+def _older_layout(sample: dict[str, Any]) -> dict[str, Any]:
+    """A sample of an older log in the current layout: events and attachments in
+    `transcript{events, content}`, a single `score` instead of `scores`."""
+    transcript = sample.get("transcript")
+    if "events" not in sample and isinstance(transcript, dict):
+        content = mapping(transcript.get("content"), "transcript.content")
+        attachments = mapping(sample.get("attachments"), "attachments")
+        moved = {"events": transcript.get("events"), "attachments": content | attachments}
+        sample = rest(sample, "transcript") | moved
+    if "scores" not in sample and isinstance(sample.get("score"), dict):
+        sample = sample | {"scores": {"score": sample["score"]}}
+    return sample
 
 
 def _input(sample: dict[str, Any]) -> list[Any]:

@@ -73,8 +73,8 @@ class OpenHandsImporter:
         if b'"source"' not in head and b'"instance_id"' not in head:
             return False
         start = first_char(head)
-        if start == b"{" and first_line_has_keys(head, "instance_id", "history"):
-            return b'"instruction"' in head or b'"test_result"' in head
+        if start == b"{" and _evaluation_line_head(head):
+            return True
         if start not in (b"[", b"{") or b'"timestamp"' not in head:
             return False
         compact = head.replace(b'": ', b'":')
@@ -101,6 +101,18 @@ class OpenHandsImporter:
 
     def sidecars(self, path: Path) -> list[Path]:
         return [p for p in _verdict_files(path) if p.is_file()] if _is_jsonl(path) else []
+
+
+def _evaluation_line_head(head: bytes) -> bool:
+    """Whether `head` opens an output.jsonl line: `instance_id` with `history`, or, when the
+    line is longer than the head (a long instance before the history), with `instruction`
+    and `metadata`; and `instruction` or `test_result` (a SWE-bench instance list has
+    neither)."""
+    if not (b'"instruction"' in head or b'"test_result"' in head):
+        return False
+    return first_line_has_keys(head, "instance_id", "history") or first_line_has_keys(
+        head, "instance_id", "instruction", "metadata"
+    )
 
 
 def _is_jsonl(path: Path) -> bool:
