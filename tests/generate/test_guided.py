@@ -251,7 +251,7 @@ def test_a_failed_guidance_call_is_retried_then_recorded_and_the_search_goes_on(
         assert len(server.requests) == 5
     (result,) = report.results
     (failure,) = result.failed_calls
-    assert failure.startswith("guidance writer: model call failed")
+    assert failure.startswith("guidance writer: model call to http://127.0.0.1:")
     assert "context too long" in failure and "(after 3 attempts)" in failure
     assert report.failed_calls == 1
     assert result.recovered and result.source == "llm"

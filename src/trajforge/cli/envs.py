@@ -14,6 +14,7 @@ from trajforge.cli.common import DbOption, JsonOption, console, open_store, prin
 from trajforge.cli.options import Endpoint, RunFilter, UserOption, option_sets
 from trajforge.envs.replay import ReplaySummary, replay_many, state_at
 from trajforge.errors import UserError
+from trajforge.models.retry import model_failure, require_an_answer
 from trajforge.rollout.episode import Limits
 from trajforge.rollout.factory import AgentSpec, ForkPoint, UserKind, build
 from trajforge.rollout.fork import ForkOptions, check_fork_index, fork, fork_summary
@@ -153,13 +154,14 @@ def fork_command(
     summary = fork_summary(child)
     if json_out:
         print_json(summary)
-        return
-    console.print(
-        f"forked {summary['parent'][:12]} at {at} with {policy}: child {child.id} "
-        f"({summary['n_messages']} messages, success={summary['success']}, "
-        f"{summary['termination_reason']})",
-        markup=False,
-    )
+    else:
+        ended = {summary["status"], summary["termination_reason"] or "?"}
+        console.print(
+            f"forked {summary['parent'][:12]} at {at} with {policy}: child {child.id} "
+            f"({summary['n_messages']} messages, {', '.join(sorted(ended))})",
+            markup=False,
+        )
+    require_an_answer([model_failure(child)], what="fork")
 
 
 @option_sets

@@ -176,12 +176,15 @@ def rollout_command(
     json_out: JsonOption = False,
 ) -> None:
     """Run a policy on tasks of an environment (optionally with tool faults) into the store."""
+    from trajforge.models.retry import require_an_answer
+
     config = build_config(env, tasks, policy, n, faults, batch, llm.options(), run)
-    summary, _ = execute(config, db, batch, show=not json_out)
+    summary, episodes = execute(config, db, batch, show=not json_out)
     if json_out:
         print_json(summary.model_dump())
-        return
-    print_summary(summary)
+    else:
+        print_summary(summary)
+    require_an_answer([e.model_failure for e in episodes], what="episode")
 
 
 def print_summary(summary: BatchSummary, out: Console | None = None) -> None:

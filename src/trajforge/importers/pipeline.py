@@ -30,7 +30,7 @@ from trajforge.importers.registry import detect_format, require_format
 from trajforge.jsonfile import line_ranges
 from trajforge.processes import ignore_interrupts, usable_cores, worker_pool
 from trajforge.schema import IMPORT_WARNINGS, Trajectory
-from trajforge.store import EncodedTrajectory, Store, encode
+from trajforge.store import EncodedTrajectory, Store, StoreFull, encode
 from trajforge.store.metadata import Actor, Filled, MetadataUpdate, fill_unknown
 
 
@@ -494,6 +494,8 @@ def _store_file(
                 if not update.is_empty():
                     traj_id = encoded.run.id
                     _fill(result, fill_unknown(store, traj_id, update, actor), traj_id)
+    except StoreFull:
+        raise  # not this file's fault: the import stops
     except UserError as exc:
         return FileResult(path=str(path), format=imp.name, error=str(exc))
     return result

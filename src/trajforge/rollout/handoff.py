@@ -23,10 +23,11 @@ from trajforge.agents.user_sim import ScriptedUser
 from trajforge.envs import make_env
 from trajforge.envs.base import Environment, Oracle, StateHashing, TaskSet
 from trajforge.errors import EpisodeEnd, UserError
+from trajforge.models.retry import ModelCallFailed, model_failure, require_an_answer
 from trajforge.rollout.episode import Limits, run_episode
 from trajforge.rollout.factory import AgentSpec, build
 from trajforge.rollout.fork import prepare_turn
-from trajforge.schema import ForkParent, Source, Task, Trajectory
+from trajforge.schema import MODEL_ERROR, ForkParent, Outcome, Source, Task, Trajectory
 
 AgentFactory = Callable[[int], tuple[Policy, UserSimulator]]
 """Builds a fresh (policy, user) pair for the run with the given index (seeds vary by run)."""
@@ -53,6 +54,11 @@ class HandoffRun(BaseModel):
     success: bool = Field(description="End-to-end success.")
     state_hash: str | None = Field(
         default=None, description="Hash of the cloned state the solver started from."
+    )
+    model_failure: str | None = Field(
+        default=None,
+        description="Why a model could not be reached, when that ended the reacher or solver "
+        "(the run is then left out of REACH, SOLVE and end-to-end).",
     )
 
 
@@ -94,10 +100,15 @@ def is_handoff_state(env: Environment, step: int, config: HandoffConfig) -> bool
 def start_conversation(
     env: Environment, task: Task, user: UserSimulator, source: Source
 ) -> Trajectory:
-    """A fresh trajectory: the environment's opening messages and the user's first turn."""
+    """A fresh trajectory: the environment's opening messages and the user's first turn (a
+    user model that cannot be reached ends it as a model error, not judged)."""
     trajectory = Trajectory(task=task, source=source, messages=env.reset(task), tools=env.tools)
     env.bind_conversation(trajectory.messages)
-    prepare_turn(env, trajectory, user)
+    try:
+        prepare_turn(env, trajectory, user)
+    except ModelCallFailed as failed:
+        trajectory.metadata["model_failure"] = failed.failure
+        trajectory.outcome = Outcome(termination_reason=MODEL_ERROR)
     return trajectory
 
 
@@ -113,16 +124,19 @@ def run_handoff(
     policy, user = reacher
     source = Source(harness="trajforge-handoff", model=policy.name, run="reacher")
     reached_traj = start_conversation(env, task, user, source)
-    reached_traj = run_episode(
-        env,
-        _HandoffProbe(policy, config),
-        task,
-        user=user,
-        trajectory=reached_traj,
-        limits=config.limits,
-    )
-    reached = reached_traj.outcome.termination_reason == "handoff" or (
-        config.at is None and is_handoff_state(env, 0, config)
+    if model_failure(reached_traj) is None:
+        reached_traj = run_episode(
+            env,
+            _HandoffProbe(policy, config),
+            task,
+            user=user,
+            trajectory=reached_traj,
+            limits=config.limits,
+        )
+    failure = model_failure(reached_traj)
+    reached = failure is None and (
+        reached_traj.outcome.termination_reason == "handoff"
+        or (config.at is None and is_handoff_state(env, 0, config))
     )
     if not reached:
         run = HandoffRun(
@@ -132,6 +146,7 @@ def run_handoff(
             distance_at_handoff=None,
             solved=None,
             success=bool(reached_traj.outcome.success),
+            model_failure=failure,
         )
         return run, reached_traj, None
     return _solve_from(env, env_name, task, reached_traj, solver, config)
@@ -172,6 +187,7 @@ def _solve_from(
         solved=solved,
         success=solved,
         state_hash=state_hash,
+        model_failure=model_failure(solved_traj),
     )
     return run, reached_traj, solved_traj
 
@@ -195,16 +211,19 @@ def evaluate_handoff(
         runs.append(run)
         if collect is not None:
             collect.extend(t.with_id() for t in (reached, solved) if t is not None)
-    reaching = [r for r in runs if r.reached]
+        if i == 0:  # a model that cannot answer the first run: stop here
+            require_an_answer([run.model_failure], "first handoff run", "nothing to report")
+    judged = [r for r in runs if r.model_failure is None]
+    reaching = [r for r in judged if r.reached]
     return HandoffResult(
         reacher=names[0],
         solver=names[1],
         k=config.k,
         at=config.at,
         tasks=len(runs),
-        reach=len(reaching) / len(runs),
+        reach=len(reaching) / max(1, len(judged)),
         solve=(sum(bool(r.solved) for r in reaching) / len(reaching)) if reaching else None,
-        end_to_end=sum(r.success for r in runs) / len(runs),
+        end_to_end=sum(r.success for r in judged) / max(1, len(judged)),
         runs=runs,
     )
 

@@ -3,7 +3,8 @@
 - Held-out: `check_held_out` refuses any task a checkpoint was trained on (its manifest lists
   the task ids of its training rows); the bench also draws its test worlds from a seed range
   no training data ever uses (`HELD_OUT_START`).
-- Success: each task run `samples` times; the rate over all runs with a Wilson 95% interval,
+- Success: each task run `samples` times; the rate over all judged runs (a run a model error
+  ended is left out and counted in `model_errors`) with a Wilson 95% interval,
   and pass^k (the chance that k runs of one task all succeed, unbiased from n samples:
   C(c, k) / C(n, k) averaged over tasks).
 - Recovery: episodes that start right after an injected wrong action. A teacher runs the
@@ -32,6 +33,7 @@ from trajforge.envs.base import Environment
 from trajforge.envs.household import HouseholdEnv
 from trajforge.errors import EpisodeEnd, UserError
 from trajforge.models.openai_compat import message_to_openai
+from trajforge.models.retry import model_failure, require_an_answer
 from trajforge.openai_wire import to_message
 from trajforge.rollout.episode import Limits, run_episode, start_trajectory
 from trajforge.schema import Message, Outcome, Task, TerminationReason, Trajectory
@@ -255,7 +257,10 @@ def _eval_tasks(config: EvalConfig) -> tuple[list[Task], list[Task]]:
     return tests, recovery
 
 
-def _report(name: str, config: EvalConfig, runs: list[Trajectory], recovered: list[Trajectory]):
+def _report(name: str, config: EvalConfig, every: list[Trajectory], tried: list[Trajectory]):
+    """Rates over the judged runs: a run a model error ended says nothing about the policy."""
+    runs = [r for r in every if r.outcome.status != "model_error"]
+    recovered = [r for r in tried if r.outcome.status != "model_error"]
     per_task: dict[str, list[bool]] = {}
     for run in runs:
         per_task.setdefault(run.task.id, []).append(bool(run.outcome.success))
@@ -269,6 +274,7 @@ def _report(name: str, config: EvalConfig, runs: list[Trajectory], recovered: li
         },
         "recovery": rate([bool(r.outcome.success) for r in recovered]),
         "tasks": len(per_task),
+        "model_errors": len(every) - len(runs) + len(tried) - len(recovered),
     }
 
 
@@ -306,11 +312,13 @@ def evaluate_policy(name: str, options: dict, config: EvalConfig, trained_on=())
     policy_options = PolicyOptions(**{k: v for k, v in options.items() if v is not None})
     spec = AgentSpec(policy=name, options=policy_options)
     limits = Limits(max_steps=config.max_steps)
-    runs = []
+    runs: list[Trajectory] = []
     for sample in range(config.samples):
         for task in tests:
             policy = build(spec, config.seed + sample).policy
             runs.append(run_episode(HouseholdEnv(), policy, task, limits=limits))
+            if len(runs) == 1:  # an endpoint that cannot answer the first episode: stop here
+                require_an_answer([model_failure(runs[0])], "first episode", "nothing to report")
     recovered = []
     if config.recovery:
         starts = recovery_starts(HouseholdEnv, recovery_tasks, ObservableTeacher(), config.seed)

@@ -68,6 +68,7 @@ class RolloutStats:
     model_tokens: int
     drift_cuts: int
     unrecorded: int
+    model_errors: int = 0
 
     def as_row(self) -> dict[str, float]:
         wall = max(self.seconds, 1e-9)
@@ -78,6 +79,7 @@ class RolloutStats:
             "tokens_per_s": round(self.model_tokens / wall, 1),
             "drift_points_dropped": self.drift_cuts,
             "unrecorded_episodes": self.unrecorded,
+            "model_error_episodes": self.model_errors,
         }
 
 
@@ -149,8 +151,9 @@ class RolloutService:
         config = model.model_copy(update={"base_url": self.proxy.session_url(session)})
         policy = LLMPolicy(OpenAICompatibleModel(config))
         run = run_episode(HouseholdEnv(), policy, task, limits=limits)
-        outcome = {"success": bool(run.outcome.success), "reward": run.outcome.reward}
-        httpx.post(f"{self.proxy.url}/s/{session}/outcome", json=outcome, timeout=60)
+        if run.outcome.status != "model_error":  # a run the server failed is not judged
+            outcome = {"success": bool(run.outcome.success), "reward": run.outcome.reward}
+            httpx.post(f"{self.proxy.url}/s/{session}/outcome", json=outcome, timeout=60)
         return run
 
     def _collect(self, jobs, runs: list[Trajectory]) -> list[Episode]:
@@ -161,7 +164,8 @@ class RolloutService:
                     recorded = store.get(trajectory_id(session))
                 except UserError:
                     recorded = None
-                samples = list(rl_samples(recorded)) if recorded is not None else []
+                unjudged = run.outcome.status == "model_error"  # the server failed: no signal
+                samples = [] if recorded is None or unjudged else list(rl_samples(recorded))
                 episodes.append(Episode(session, group, run, recorded, samples))
         return episodes
 
@@ -169,5 +173,6 @@ class RolloutService:
 def _stats(episodes: list[Episode], seconds: float) -> RolloutStats:
     tokens = sum(sum(s["loss_mask"]) for e in episodes for s in e.samples)
     cuts = sum(max(0, len(e.samples) - 1) for e in episodes)
-    missing = sum(1 for e in episodes if not e.samples)
-    return RolloutStats(len(episodes), seconds, tokens, cuts, missing)
+    errors = sum(1 for e in episodes if e.run.outcome.status == "model_error")
+    missing = sum(1 for e in episodes if not e.samples) - errors
+    return RolloutStats(len(episodes), seconds, tokens, cuts, missing, errors)
