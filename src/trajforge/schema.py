@@ -29,6 +29,10 @@ from pydantic_core import to_json
 
 FORMAT_VERSION = 1
 
+IMPORT_WARNINGS = "import_warnings"
+"""`Trajectory.metadata` key: what an importer could not read of the run (a list of lines,
+for example the fields of a newer version of its format that it skipped)."""
+
 Role = Literal["system", "user", "assistant", "tool"]
 LabelSource = Literal["human", "oracle", "model", "heuristic"]
 

@@ -27,7 +27,11 @@ def import_command(
     db: DbOption = None,
     fmt: Annotated[
         str | None,
-        typer.Option("--format", help=f"Force a format: {', '.join(DETECTION_ORDER)}."),
+        typer.Option(
+            "--format",
+            help=f"Force a format: {', '.join(DETECTION_ORDER)}, an installed plug-in's "
+            "(trajforge formats), or an importer class as module:Class.",
+        ),
     ] = None,
     model: Annotated[
         str | None,
@@ -76,6 +80,9 @@ def _summary(report: ImportReport) -> dict:
         "metadata_filled": report.filled,
         "metadata_kept": report.kept,
         "failed": [{"path": f.path, "error": f.error} for f in report.failed],
+        "warnings": [
+            {"path": f.path, "warning": w} for f in report.files if not f.error for w in f.warnings
+        ],
         "not_trajectories": report.not_trajectories,
         "special_files": report.special_files,
         "sidecars": report.sidecars,
@@ -125,6 +132,10 @@ def print_import_report(
         )
         for path in report.special_files:
             out.print(f"  {path}", markup=False, highlight=False, soft_wrap=True)
+    for result in report.files:
+        for warning in [] if result.error else result.warnings:
+            text = f"warning: {result.path}: {warning}"
+            err_console.print(text, markup=False, highlight=False, soft_wrap=True)
     if overrides is not None:
         _print_metadata(report, overrides, out)
     for failed in report.failed:

@@ -105,13 +105,15 @@ def export_command(
     db: DbOption = None,
     runs: RunFilter = RunFilter(),
 ) -> None:
-    """Export trajectories (JSONL round-trips exactly; Parquet for analytics).
+    """Export trajectories (JSONL round-trips exactly; Parquet for analytics; ATIF, one
+    file per run in a folder, for tools that read Harbor trajectories).
 
     Without --format, a `.parquet` file name means Parquet, anything else JSONL.
     """
     fmt = fmt or format_for(out)
     EXPORTERS.get(fmt)  # fail on an unknown format before reading
-    check_output_path(out, protected=[db or default_db_path()])
+    if not out.is_dir():  # a folder is for formats that write one file per run
+        check_output_path(out, protected=[db or default_db_path()])
     with open_store(db) as store:
         count = export(fmt, store, out, runs.selection())
     console.print(f"wrote {count} trajectories to {out} ({fmt})")
