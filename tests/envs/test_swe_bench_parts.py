@@ -175,3 +175,19 @@ def test_a_patch_is_applied_file_by_file() -> None:
         "diff --git a/y b/y\n-c\n",
     ]
     assert split_by_file("--- a/x\n+++ b/x\n") == ["--- a/x\n+++ b/x\n"]
+
+
+def test_the_demo_and_the_counterfactual_method_leave_swe_bench_runs_alone(
+    shared_data: Path,
+) -> None:
+    from trajforge.demo.tau import _self_contained
+    from trajforge.diagnose.counterfactual import check_forkable
+    from trajforge.importers.mini_swe_agent import MiniSweAgentImporter
+    from trajforge.schema import Task, Trajectory
+
+    run = shared_data / "swe-bench-verified/mini-swe-agent_gemini-3-pro/trajs/pallets__flask-5014"
+    parent = next(MiniSweAgentImporter().read(run / "pallets__flask-5014.traj.json"))
+    assert not _self_contained(parent)  # the demo would build it from PyPI
+    assert _self_contained(Trajectory(task=Task(id="0", environment="tau-retail")))
+    with pytest.raises(UserError, match="reads actions from text"):
+        check_forkable(parent)
