@@ -42,6 +42,7 @@ import cProfile
 import json
 import pstats
 import resource
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -79,8 +80,8 @@ def import_all(data: Path, store_path: Path, workers: int | None) -> ImportRepor
     """Import `data` into a new store at `store_path` (closing it, which syncs it to disk)."""
     with Store(store_path) as store:
         report = import_paths(store, [str(data)], workers=workers)
-    if report.failed:
-        raise SystemExit(f"import failed: {report.failed[0].error}")
+    for failed in report.failed:  # the shared data may hold a file the importer refuses
+        print(f"not imported (still timed on both sides): {failed.error}", file=sys.stderr)
     return report
 
 
