@@ -94,3 +94,14 @@ def test_spaces_between_the_ids_are_read_too() -> None:
 def test_a_malformed_answer_raises_as_orjson_does(content: bytes) -> None:
     with pytest.raises(orjson.JSONDecodeError):
         AnswerReader().read("s", content)
+
+
+def test_a_prompt_sent_again_reuses_its_ids() -> None:
+    reader = AnswerReader()
+    first = _chat(0, list(range(100)), [5, 6])
+    reader.read("s", orjson.dumps(first))
+    again = _chat(1, list(range(100)), [8])
+    assert reader.read("s", orjson.dumps(again)) == again
+    longer = _chat(2, [*range(100), 77], [9])  # the same prompt and a new turn, no completion
+    assert reader.read("s", orjson.dumps(longer)) == longer
+    assert reader.ids_parsed == 100 + 0 + 1
