@@ -39,6 +39,7 @@ COMMANDS = {
     "train": "trajforge.cli.rl:train_app",
     "serve": "trajforge.cli.learn:serve_command",
     "eval": "trajforge.cli.learn:eval_command",
+    "strategies": "trajforge.cli.strategies:app",
 }
 
 

@@ -273,6 +273,25 @@ def m009_metadata_changes(db: sqlite3.Connection) -> None:
     db.execute("CREATE INDEX idx_metadata_changes_trajectory ON metadata_changes(trajectory_id)")
 
 
+def m010_strategies(db: sqlite3.Connection) -> None:
+    """The strategy library: one row per (strategy name, version), never overwritten; an edit
+    or a re-distillation adds the next version."""
+    db.execute(
+        """
+        CREATE TABLE strategies (
+            name TEXT NOT NULL,
+            version INTEGER NOT NULL,
+            environment TEXT NOT NULL,
+            source TEXT NOT NULL,
+            created_at REAL NOT NULL,
+            doc BLOB NOT NULL,
+            PRIMARY KEY (name, version)
+        )
+        """
+    )
+    db.execute("CREATE INDEX idx_strategies_environment ON strategies(environment)")
+
+
 MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
     m001_trajectories,
     m002_diagnoses,
@@ -283,6 +302,7 @@ MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
     m007_run_search_written_by_the_store,
     m008_training_progress,
     m009_metadata_changes,
+    m010_strategies,
 ]
 
 

@@ -17,6 +17,7 @@ NAV = (
     ("/training", "Training"),
     ("/compare", "Compare"),
     ("/datasets", "Datasets"),
+    ("/strategies", "Strategies"),
 )
 
 
