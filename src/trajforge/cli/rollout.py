@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from trajforge.cli.common import DbOption, JsonOption, console, err_console, open_store, print_json
-from trajforge.cli.options import Offer, PolicyFlags, option_sets
+from trajforge.cli.options import Offer, PolicyFlags, StrategyFlags, option_sets
 from trajforge.envs.faults import check_tools, parse_fault_spec
 from trajforge.evaluate.robustness import ConditionReport, KindReport, run_robustness
 from trajforge.generate.rft import RFTConfig, rft_dataset
@@ -171,12 +171,16 @@ def rollout_command(
     faults: FaultsArg = None,
     batch: BatchFlags = BatchFlags(),
     llm: PolicyFlags = PolicyFlags(),
+    guidance: StrategyFlags = StrategyFlags(),
     run: RunArg = None,
     db: DbOption = None,
     json_out: JsonOption = False,
 ) -> None:
     """Run a policy on tasks of an environment (optionally with tool faults) into the store."""
     config = build_config(env, tasks, policy, n, faults, batch, llm.options(), run)
+    if guidance.strategies:
+        options = guidance.guided(config.options, db, config.tasks)
+        config = config.model_copy(update={"options": options})
     summary, _ = execute(config, db, batch, show=not json_out)
     if json_out:
         print_json(summary.model_dump())

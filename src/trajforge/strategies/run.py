@@ -64,3 +64,14 @@ def retrieve_for(
     if not strategies:
         return []
     return retriever(kind, strategies).rank(task_query(task, messages), k)
+
+
+def guidance_for(
+    store: Store, tasks: list[Task], k: int, kind: str = "lexical"
+) -> dict[str, list[str]]:
+    """Task id -> the texts of its `k` best stored strategies (for `PolicyOptions.strategies`)."""
+    strategies = latest(store)
+    if not strategies:
+        raise UserError("the store holds no strategies: run `trajforge strategies distil` first")
+    ranker = retriever(kind, strategies)
+    return {task.id: [r.strategy.text for r in ranker.rank(task_query(task), k)] for task in tasks}
