@@ -40,6 +40,17 @@ class Proposer(Protocol):
     def propose(self, runs: list[FamilyRun]) -> list[Candidate]: ...
 
 
+def comparable(first: str, then: str) -> bool:
+    """Two actions whose order is a choice: the same tool aimed at two kinds of thing
+    (`go:cabinet`, `go:countertop`), or two tools. A tool aimed at a thing against another
+    tool (`take` before `go:sinkbasin`) mostly tells how far a run got, not what to do."""
+    tool_a, _, what_a = first.partition(":")
+    tool_b, _, what_b = then.partition(":")
+    if what_a and what_b:
+        return tool_a == tool_b
+    return not what_a and not what_b
+
+
 class ContrastConfig(BaseModel):
     """What a precedence pattern needs to become a contrast candidate (in-sample)."""
 
@@ -63,6 +74,8 @@ class ContrastProposer:
         scored = []
         pairs = [(item.first, item.success) for item in runs]
         for first, then in permutations(keys, 2):
+            if not comparable(first, then):
+                continue
             rule = StrategyRule(first=first, then=then)
             counts = support(rule, pairs)
             lift = counts.lift()
