@@ -48,6 +48,10 @@ class Retrieved(NamedTuple):
 class Retriever(Protocol):
     def rank(self, query: str, k: int) -> list[Retrieved]: ...
 
+    def rank_many(self, queries: list[str], k: int) -> list[list[Retrieved]]:
+        """`rank` of each query (the embedding retriever encodes them in batches)."""
+        ...
+
 
 class LexicalRetriever:
     """Okapi BM25 over the strategies' documents (k1 1.5, b 0.75)."""
@@ -81,6 +85,9 @@ class LexicalRetriever:
         scored = [Retrieved(s, self._score(i, words)) for i, s in enumerate(self.strategies)]
         return _top(scored, k)
 
+    def rank_many(self, queries: list[str], k: int) -> list[list[Retrieved]]:
+        return [self.rank(query, k) for query in queries]
+
 
 class EmbeddingRetriever:
     """Cosine similarity of all-MiniLM-L6-v2 sentence embeddings (mean-pooled, normalized),
@@ -92,11 +99,18 @@ class EmbeddingRetriever:
         self.matrix = self.encoder.encode([strategy_document(s) for s in strategies])
 
     def rank(self, query: str, k: int) -> list[Retrieved]:
+        return self.rank_many([query], k)[0]
+
+    def rank_many(self, queries: list[str], k: int, batch: int = 64) -> list[list[Retrieved]]:
         if not self.strategies:
-            return []
-        similarity = self.matrix @ self.encoder.encode([query])[0]
-        scored = [Retrieved(s, float(v)) for s, v in zip(self.strategies, similarity, strict=True)]
-        return _top(scored, k)
+            return [[] for _ in queries]
+        ranked = []
+        for start in range(0, len(queries), batch):
+            similarity = self.encoder.encode(queries[start : start + batch]) @ self.matrix.T
+            for row in similarity:
+                scored = [Retrieved(s, float(v)) for s, v in zip(self.strategies, row, strict=True)]
+                ranked.append(_top(scored, k))
+        return ranked
 
 
 class MiniLMEncoder:
@@ -144,10 +158,3 @@ def retriever(name: str, strategies: list[Strategy]) -> Retriever:
         known = ", ".join(sorted(RETRIEVERS))
         raise UserError(f"unknown retriever {name!r} (known: {known})")
     return RETRIEVERS[name](strategies)
-
-
-GUIDANCE_HEADER = "## Strategies that worked on similar tasks"
-
-
-def guidance_text(retrieved: list[Retrieved]) -> list[str]:
-    return [r.strategy.text for r in retrieved]

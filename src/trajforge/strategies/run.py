@@ -73,5 +73,7 @@ def guidance_for(
     strategies = latest(store)
     if not strategies:
         raise UserError("the store holds no strategies: run `trajforge strategies distil` first")
-    ranker = retriever(kind, strategies)
-    return {task.id: [r.strategy.text for r in ranker.rank(task_query(task), k)] for task in tasks}
+    ranked = retriever(kind, strategies).rank_many([task_query(task) for task in tasks], k)
+    return {
+        task.id: [r.strategy.text for r in hits] for task, hits in zip(tasks, ranked, strict=True)
+    }
