@@ -13,6 +13,11 @@ each search's status and time. `--budget` sets the UI's time budget for a page's
 the end). A UI that reads the store on its event loop serves nothing while a search runs.
 
 Goal: the static file's worst latency with the searches in flight under 1 s.
+
+Measured (6,909 runs, `--copies 6`, a busy 2-core machine, two runs): budget 5 s: file
+median 13-14 ms, worst 141-192 ms, searches 503 after 5.3-5.5 s; `--budget none`: worst
+228 ms, searches 200 after about 200 s; the UI before its reads left the event loop: the
+file waited 229 s and 322 s.
 """
 
 from __future__ import annotations

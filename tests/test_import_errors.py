@@ -222,3 +222,25 @@ def test_a_run_with_no_messages_is_not_imported(name: str, content: object, tmp_
     assert [f.error for f in report.files if f.error], report
     error = report.files[0].error or ""
     assert str(path) in error and "the run has no messages" in error
+
+
+@pytest.mark.parametrize(
+    ("name", "compress", "words"),
+    [
+        ("14.json.bz2", "bz2", "compressed with bzip2; decompress it first"),
+        ("14.json.xz", "lzma", "compressed with xz; decompress it first"),
+        ("14.json", "gzip", "compressed with gzip; name it 14.json.gz"),
+    ],
+)
+def test_a_file_compressed_otherwise_than_gz_names_the_fix(
+    name: str, compress: str, words: str, tmp_path: Path
+) -> None:
+    """Only gzip named .gz is decompressed: other compressed files say how to read them."""
+    import importlib
+
+    module = importlib.import_module(compress)
+    path = tmp_path / name
+    path.write_bytes(module.compress(WHO.read_bytes()))
+    with Store(tmp_path / "s.db") as store, pytest.raises(UnknownFormatError) as caught:
+        import_paths(store, [str(path)])
+    assert str(path) in str(caught.value) and words in str(caught.value)

@@ -25,6 +25,23 @@ def open_binary(path: Path) -> io.BufferedIOBase:
     return path.open("rb")
 
 
+COMPRESSED_MAGIC = {
+    b"\x1f\x8b": "gzip",
+    b"BZh": "bzip2",
+    b"\xfd7zXZ\x00": "xz",
+    b"\x28\xb5\x2f\xfd": "zstd",
+    b"\x04\x22\x4d\x18": "lz4",
+    b"PK\x03\x04": "zip",
+    b"7z\xbc\xaf\x27\x1c": "7z",
+}
+"""How compressed files begin (only gzip, named `.gz`, is decompressed when read)."""
+
+
+def compression_of(head: bytes) -> str | None:
+    """The compression a file's first bytes show, or None."""
+    return next((name for magic, name in COMPRESSED_MAGIC.items() if head.startswith(magic)), None)
+
+
 def base_name(path: Path) -> str:
     """The file name without a trailing `.gz`."""
     return path.name[:-3] if path.name.endswith(".gz") else path.name

@@ -37,7 +37,8 @@ def ls_command(
 RICH_TABLE_ROWS = 200
 """Longer listings print plain aligned rows: rich's table layout grows slow with many rows."""
 _COLUMNS = ("id", "source", "model", "env", "task", "outcome", "steps", "tokens")
-_OUTCOMES = {True: "success", False: "failure", None: "?"}
+_OUTCOMES = {"success": "success", "failure": "failure", "model_error": "model error",
+             "unjudged": "?"}  # fmt: skip
 
 
 def _row_cells(row: TrajectoryRow) -> tuple[str, ...]:
@@ -47,7 +48,7 @@ def _row_cells(row: TrajectoryRow) -> tuple[str, ...]:
         row.model or "",
         row.environment or "",
         row.task_id or "",
-        _OUTCOMES[row.success],
+        _OUTCOMES[row.status],
         str(row.n_steps),
         "" if row.total_tokens is None else str(row.total_tokens),
     )
@@ -72,6 +73,7 @@ def _row_json(row: TrajectoryRow) -> dict:
         "environment": row.environment,
         "task_id": row.task_id,
         "success": row.success,
+        "status": row.status,
         "reward": row.reward,
         "run": row.run,
         "messages": row.n_messages,
@@ -86,10 +88,10 @@ def _rows_table(rows: list[TrajectoryRow]) -> Table:
     table = Table(title=f"{len(rows)} trajectories")
     for column in _COLUMNS:
         table.add_column(column)
-    styles = {True: "[green]", False: "[red]", None: ""}
+    styles = {"success": "[green]", "failure": "[red]", "model_error": "[yellow]", "unjudged": ""}
     for row in rows:
         cells = list(_row_cells(row))
-        cells[5] = styles[row.success] + cells[5]
+        cells[5] = styles[row.status] + cells[5]
         table.add_row(*cells)
     return table
 

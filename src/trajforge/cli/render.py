@@ -47,8 +47,13 @@ def _source_line(traj: Trajectory) -> str:
 def _outcome_line(traj: Trajectory) -> str:
     """Verdict, reward, judge and end reason; parts that are unknown are left out."""
     outcome = traj.outcome
-    verdict = {True: "[green]success[/]", False: "[red]failure[/]", None: "outcome unknown"}
-    parts = [verdict[outcome.success]]
+    verdict = {
+        "success": "[green]success[/]",
+        "failure": "[red]failure[/]",
+        "model_error": "[yellow]model error[/] (the model could not be reached: not judged)",
+        "unjudged": "outcome unknown",
+    }
+    parts = [verdict[outcome.status]]
     if outcome.reward is not None:
         parts.append(f"reward {outcome.reward:g}")
     if outcome.judged_by:

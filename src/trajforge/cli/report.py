@@ -36,9 +36,11 @@ def stats_command(
 def print_stats(report: dict[str, Any], out: Console = console) -> None:
     """Render a stats report as rich tables."""
     rate = report["success_rate"]
+    errors = report["model_errors"]
     out.print(
         f"[bold]{report['total']}[/] trajectories, {report['successes']} successes"
         + (f" ({rate:.1%} of judged)" if rate is not None else "")
+        + (f", {errors} ended by a model error (not judged)" if errors else "")
     )
     for key, title in (
         ("by_source", "source"),
@@ -51,7 +53,7 @@ def print_stats(report: dict[str, Any], out: Console = console) -> None:
 
 def _group_table(groups: list[dict[str, Any]], title: str) -> Table:
     table = Table(title=f"by {title}")
-    for column in (title, "runs", "successes", "success rate"):
+    for column in (title, "runs", "successes", "success rate", "model errors"):
         table.add_column(column, justify="left" if column == title else "right")
     for group in groups:
         rate = group["success_rate"]
@@ -60,6 +62,7 @@ def _group_table(groups: list[dict[str, Any]], title: str) -> Table:
             str(group["total"]),
             str(group["successes"]),
             "-" if rate is None else f"{rate:.1%}",
+            str(group["model_errors"]),
         )
     return table
 
@@ -102,13 +105,15 @@ def export_command(
     db: DbOption = None,
     runs: RunFilter = RunFilter(),
 ) -> None:
-    """Export trajectories (JSONL round-trips exactly; Parquet for analytics).
+    """Export trajectories (JSONL round-trips exactly; Parquet for analytics; ATIF, one
+    file per run in a folder, for tools that read Harbor trajectories).
 
     Without --format, a `.parquet` file name means Parquet, anything else JSONL.
     """
     fmt = fmt or format_for(out)
     EXPORTERS.get(fmt)  # fail on an unknown format before reading
-    check_output_path(out, protected=[db or default_db_path()])
+    if not out.is_dir():  # a folder is for formats that write one file per run
+        check_output_path(out, protected=[db or default_db_path()])
     with open_store(db) as store:
         count = export(fmt, store, out, runs.selection())
     console.print(f"wrote {count} trajectories to {out} ({fmt})")

@@ -10,6 +10,11 @@ lists the checkpoint.
 Concurrent requests are batched: requests wait at most `max_wait_ms` for company, then all
 waiting requests with the same sampling settings (up to `max_batch`) are decoded together by
 one `Student.generate` call, one forward pass per token for the whole batch.
+
+A request is parsed and checked (`trajforge.serve.request`) before it is queued: a wrong
+field, a body that is not a JSON object or one over `max_body_bytes` is answered with a 4xx
+in OpenAI's error shape and never reaches the loop. Whatever fails inside the loop fails the
+requests of that batch (500, logged) and the loop goes on serving.
 """
 
 from __future__ import annotations

@@ -273,7 +273,16 @@ def m009_metadata_changes(db: sqlite3.Connection) -> None:
     db.execute("CREATE INDEX idx_metadata_changes_trajectory ON metadata_changes(trajectory_id)")
 
 
-def m010_strategies(db: sqlite3.Connection) -> None:
+def m010_model_errors_not_judged(db: sqlite3.Connection) -> None:
+    """A run ended by a model or endpoint failure is not judged: runs an older version stored
+    as failures get no `success` (their documents load the same way)."""
+    db.execute(
+        "UPDATE trajectories SET success = NULL "
+        "WHERE termination_reason = 'model_error' AND success = 0"
+    )
+
+
+def m011_strategies(db: sqlite3.Connection) -> None:
     """The strategy library: one row per (strategy name, version), never overwritten; an edit
     or a re-distillation adds the next version."""
     db.execute(
@@ -302,7 +311,8 @@ MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
     m007_run_search_written_by_the_store,
     m008_training_progress,
     m009_metadata_changes,
-    m010_strategies,
+    m010_model_errors_not_judged,
+    m011_strategies,
 ]
 
 

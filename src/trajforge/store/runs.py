@@ -16,7 +16,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from trajforge.errors import UserError
-from trajforge.store.filters import TrajectoryFilter
+from trajforge.schema import OutcomeStatus, outcome_status
+from trajforge.store.filters import TrajectoryFilter, model_error_sql
 from trajforge.store.sqlite import Store, interrupted
 
 SortKey = Literal[
@@ -68,6 +69,8 @@ class RunSummary:
     tokens: int | None
     parent_id: str | None
     fork_index: int | None
+    status: OutcomeStatus = "unjudged"
+    """Success, failure, model error or unjudged (see `OutcomeStatus`)."""
     labels: list[str] = field(default_factory=list)
     """source:message per label."""
     faults: list[str] = field(default_factory=list)
@@ -89,7 +92,8 @@ class RunPage:
 
 _ROW_FIELDS = (
     "t.rowid, t.id, t.harness, t.model, t.environment, t.task_id, t.success, t.reward, t.run, "
-    "t.n_messages, t.n_steps, t.total_tokens, t.parent_id, t.fork_index, s.labels, s.faults"
+    "t.n_messages, t.n_steps, t.total_tokens, t.parent_id, t.fork_index, s.labels, s.faults, "
+    "t.termination_reason"
 )
 
 
@@ -168,7 +172,7 @@ def check_search(store: Store, q: str) -> None:
 def _summary(row: tuple) -> RunSummary:
     """A row of `_ROW_FIELDS` as a summary."""
     (_, traj_id, harness, model, env, task, success, reward, run, n_messages, steps, tokens,
-     parent, fork_index, labels, faults) = row  # fmt: skip
+     parent, fork_index, labels, faults, termination) = row  # fmt: skip
     return RunSummary(
         id=traj_id,
         source=harness,
@@ -183,6 +187,7 @@ def _summary(row: tuple) -> RunSummary:
         tokens=tokens,
         parent_id=parent,
         fork_index=fork_index,
+        status=outcome_status(success, termination),
         labels=labels.split() if labels else [],
         faults=faults.split() if faults else [],
     )
@@ -271,6 +276,10 @@ class TreeNode(BaseModel):
     termination: str | None = None
     children: list[TreeNode] = Field(default_factory=list)
 
+    @property
+    def status(self) -> OutcomeStatus:
+        return outcome_status(self.success, self.termination)
+
 
 def fork_tree(store: Store, traj_id: str, max_nodes: int = 500) -> TreeNode:
     """The fork tree that holds `traj_id`: from its oldest stored ancestor down through every
@@ -297,10 +306,7 @@ def fork_tree(store: Store, traj_id: str, max_nodes: int = 500) -> TreeNode:
     return root
 
 
-_TREE_FIELDS = (
-    "id, parent_id, fork_index, success, n_messages, harness, model, "
-    "json_extract(CAST(doc AS TEXT), '$.outcome.termination_reason')"
-)
+_TREE_FIELDS = "id, parent_id, fork_index, success, n_messages, harness, model, termination_reason"
 
 
 def _tree_node(row: tuple) -> TreeNode:
@@ -425,20 +431,24 @@ class Activity(BaseModel):
     successes: int
     failures: int
     open: int
-    """Runs without an outcome yet (proxy sessions in progress)."""
+    """Runs without an outcome yet (proxy sessions in progress; model errors are not)."""
     faults: int
     """Injected faults over those runs."""
     messages: int
     last_at: float
+    model_errors: int = 0
+    """Runs a model or endpoint failure ended (neither successes nor failures)."""
 
 
 def activity_since(store: Store, since: float) -> list[Activity]:
     """What was written since `since` (Unix time), by source and run name, newest first."""
     sql = (
         "SELECT t.harness, t.run, count(*), coalesce(sum(t.success = 1), 0), "
-        "coalesce(sum(t.success = 0), 0), coalesce(sum(t.success IS NULL), 0), "
+        "coalesce(sum(t.success = 0), 0), "
+        f"coalesce(sum(t.success IS NULL AND NOT {model_error_sql('t.')}), 0), "
         "coalesce(sum(length(s.faults) - length(replace(s.faults, ' ', '')) + "
-        "(s.faults IS NOT NULL AND s.faults != '')), 0), sum(t.n_messages), max(t.created_at) "
+        "(s.faults IS NOT NULL AND s.faults != '')), 0), sum(t.n_messages), max(t.created_at), "
+        f"coalesce(sum({model_error_sql('t.')}), 0) "
         "FROM trajectories AS t LEFT JOIN run_search AS s ON s.rowid = t.rowid "
         "WHERE t.created_at > ? GROUP BY t.harness, t.run ORDER BY max(t.created_at) DESC"
     )
@@ -450,13 +460,14 @@ def activity_since(store: Store, since: float) -> list[Activity]:
 
 def recent_runs(
     store: Store, since: float, limit: int = 50
-) -> list[tuple[str, str | None, int, bool | None, float]]:
-    """(id, source, messages, success, written at) of runs written since `since`, newest first."""
+) -> list[tuple[str, str | None, int, OutcomeStatus, float]]:
+    """(id, source, messages, outcome status, written at) of runs written since `since`,
+    newest first."""
     sql = (
-        "SELECT id, harness, n_messages, success, created_at FROM trajectories "
-        "WHERE created_at > ? ORDER BY created_at DESC LIMIT ?"
+        "SELECT id, harness, n_messages, success, termination_reason, created_at "
+        "FROM trajectories WHERE created_at > ? ORDER BY created_at DESC LIMIT ?"
     )
     return [
-        (i, src, n, None if ok is None else bool(ok), at)
-        for i, src, n, ok, at in store.db.execute(sql, (since, limit))
+        (i, src, n, outcome_status(ok, reason), at)
+        for i, src, n, ok, reason, at in store.db.execute(sql, (since, limit))
     ]

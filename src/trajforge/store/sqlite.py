@@ -14,10 +14,10 @@ from pydantic import BaseModel
 from pydantic_core import to_json
 
 from trajforge.errors import UserError
-from trajforge.schema import FORMAT_VERSION, Outcome, Trajectory
+from trajforge.schema import FORMAT_VERSION, Outcome, OutcomeStatus, Trajectory, outcome_status
 from trajforge.store.filters import TrajectoryFilter
 from trajforge.store.migrations import migrate
-from trajforge.store.opening import check_is_trajforge, check_store_path, store_error
+from trajforge.store.opening import check_is_trajforge, check_store_path, open_store
 from trajforge.store.search_text import RunSearchText, run_search_text
 
 DEFAULT_DB = "trajforge.db"
@@ -56,6 +56,16 @@ class TrajectoryRow(BaseModel):
     fork_index: int | None
     format: str | None
     source_file: str | None
+    termination_reason: str | None = None
+
+    @property
+    def status(self) -> OutcomeStatus:
+        """Success, failure, model error or unjudged (see `OutcomeStatus`)."""
+        return outcome_status(self.success, self.termination_reason)
+
+
+class StoreFull(UserError):
+    """The disk (or the store's page limit) is full: the transaction was rolled back."""
 
 
 class QueryTooSlow(UserError):
@@ -167,19 +177,7 @@ class Store:
         self.path = Path(path) if path is not None else default_db_path()
         if str(self.path) != ":memory:":
             check_store_path(self.path)
-        self.db = sqlite3.connect(str(self.path), isolation_level=None, check_same_thread=False)
-        try:
-            self.db.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
-            check_is_trajforge(self.db, self.path)
-            self.db.execute("PRAGMA journal_mode=WAL")
-            self.db.execute("PRAGMA synchronous=NORMAL")
-            migrate(self.db)
-        except sqlite3.Error as exc:
-            self.db.close()
-            raise store_error(self.path, exc) from None
-        except BaseException:
-            self.db.close()
-            raise
+        self.db = open_store(self.path, _prepare, BUSY_TIMEOUT_MS / 1000)
         self._depth = 0
         self._savepoints: list[_PendingMark] = []
         """Where the held-back rows stood when each open savepoint began."""
@@ -214,12 +212,18 @@ class Store:
         try:
             yield
             self._write_pending_index()
-        except BaseException:
-            self._cut_pending(_PendingMark())
-            self.db.execute("ROLLBACK")
-            raise
-        else:
             self.db.execute("COMMIT")
+        except BaseException as exc:
+            self._cut_pending(_PendingMark())
+            if self.db.in_transaction:  # SQLite rolls back by itself on some errors
+                self.db.execute("ROLLBACK")
+            if isinstance(exc, sqlite3.Error) and _disk_full(exc):
+                raise StoreFull(
+                    f"{self.path}: the disk is full (SQLITE_FULL): nothing of this "
+                    "transaction was stored, and the store is as it was before it; free some "
+                    "space and run the command again"
+                ) from None
+            raise
         finally:
             self._depth = 0
 
@@ -240,11 +244,13 @@ class Store:
         try:
             yield
         except BaseException:
-            self.db.execute("ROLLBACK TO part")
+            if self.db.in_transaction:  # else SQLite rolled the whole transaction back
+                self.db.execute("ROLLBACK TO part")
             self._undo_pending(self._savepoints[-1])
             raise
         finally:
-            self.db.execute("RELEASE part")
+            if self.db.in_transaction:
+                self.db.execute("RELEASE part")
             self._savepoints.pop()
 
     @contextmanager
@@ -540,8 +546,11 @@ class Store:
         return [row[-1] for row in self.db.execute(f"EXPLAIN QUERY PLAN {sql}", params)]
 
     def count(self, flt: TrajectoryFilter | None = None) -> int:
-        where, params = (flt or TrajectoryFilter()).where()
-        return self.db.execute(f"SELECT COUNT(*) FROM trajectories{where}", params).fetchone()[0]
+        """How many runs `query(flt)` yields (its limit included)."""
+        flt = flt or TrajectoryFilter()
+        where, params = flt.where()
+        found = self.db.execute(f"SELECT COUNT(*) FROM trajectories{where}", params).fetchone()[0]
+        return found if flt.limit is None else min(found, flt.limit)
 
     def _select(self, fields: str, flt: TrajectoryFilter | None) -> tuple[str, list]:
         flt = flt or TrajectoryFilter()
@@ -552,9 +561,26 @@ class Store:
         return sql, params
 
 
+SQLITE_FULL = 13
+
+
+def _disk_full(exc: sqlite3.Error) -> bool:
+    code = getattr(exc, "sqlite_errorcode", None)
+    return code is not None and code & 0xFF == SQLITE_FULL
+
+
 def interrupted(exc: sqlite3.Error) -> bool:
     """Whether SQLite stopped a statement on request (a time budget), not for a fault of its own."""
     return isinstance(exc, sqlite3.OperationalError) and str(exc) == "interrupted"
+
+
+def _prepare(db: sqlite3.Connection, path: Path) -> None:
+    """Settings of every connection, then the schema brought up to date."""
+    db.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+    check_is_trajforge(db, path)
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute("PRAGMA synchronous=NORMAL")
+    migrate(db)
 
 
 def _to_json(traj: Trajectory) -> bytes:
