@@ -42,3 +42,33 @@ def test_asking_for_strategies_from_an_empty_library_is_one_error(tmp_path: Path
     )
     assert result.exit_code == 1
     assert result.stderr.startswith("error: the store holds no strategies")
+
+
+def test_eval_gives_the_llm_policy_the_strategies_retrieved_for_each_world(tmp_path: Path):
+    from trajforge.models.mock_server import MockOpenAIServer
+    from trajforge.schema import Strategy, StrategyRule, StrategyScope
+    from trajforge.strategies import save
+
+    db = tmp_path / "s.db"
+    text = "Before you go to a drawer, go to a countertop first."
+    with Store(db) as store:
+        save(
+            store,
+            Strategy(
+                name="household-d1/go:countertop-before-go:drawer",
+                text=text,
+                scope=StrategyScope(environment="household", task_features={"difficulty": "1"}),
+                rule=StrategyRule(first="go:countertop", then="go:drawer"),
+                source="contrast",
+            ),
+        )
+    with MockOpenAIServer(["I am done."]) as server:
+        result = CliRunner().invoke(
+            app,
+            ["eval", "--policy", "llm", "--base-url", server.base_url, "--llm-model", "m",
+             "--tasks", "2", "--recovery", "0", "--max-steps", "1", "--strategies", "1",
+             "--db", str(db), "--json"],
+        )  # fmt: skip
+        assert result.exit_code == 0, result.output
+        systems = [r["messages"][0]["content"] for r in server.requests]
+    assert systems and all(system.endswith(f"- {text}") for system in systems)
