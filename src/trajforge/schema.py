@@ -579,6 +579,10 @@ class StrategyEvidence(_Model):
         default=None, description="The message where the run followed or broke the rule."
     )
     kind: EvidenceKind = Field(description="success, failure or recovered.")
+    decisive: bool = Field(
+        default=False,
+        description="A failure whose verified diagnosis puts its decisive error at this message.",
+    )
 
 
 class StrategySupport(_Model):

@@ -88,3 +88,30 @@ def test_a_candidate_no_held_out_run_speaks_to_is_not_kept(retail_runs):
 
     [item] = distil(retail_runs, [Fixed()], CONFIG).judged
     assert not item.kept and item.strategy.effect.held_out.runs == 0
+
+
+def test_verified_diagnoses_mark_the_failures_that_broke_the_rule_at_the_decisive_message(
+    tmp_path, shared_data
+):
+    from typer.testing import CliRunner
+
+    from trajforge.cli.main import app
+    from trajforge.diagnose.storage import load_diagnoses
+    from trajforge.importers import import_paths
+    from trajforge.store import Store, TrajectoryFilter
+    from trajforge.strategies.run import distil_store
+
+    db = tmp_path / "s.db"
+    with Store(db) as store:
+        import_paths(store, [str(shared_data / "agentrx/tau-retail/tau_dataset_full.json")])
+    diagnosed = CliRunner().invoke(app, ["diagnose", "--env", "tau-retail", "--db", str(db)])
+    assert diagnosed.exit_code == 0, diagnosed.output
+    with Store(db) as store:
+        outcome = distil_store(store, TrajectoryFilter(), [ContrastProposer()], CONFIG)
+        decisive = {d.trajectory_id: d.step for d in load_diagnoses(store, verified_only=True)}
+    kept = next(s for s in outcome.stored if s.rule == AUTHENTICATE)
+    marked = [e for e in kept.evidence if e.decisive]
+    assert marked and all(e.kind == "failure" for e in marked)
+    assert all(decisive[e.trajectory_id] == e.message_index for e in marked)
+    unmarked = [e for e in kept.evidence if e.kind == "failure" and not e.decisive]
+    assert all(decisive.get(e.trajectory_id) != e.message_index for e in unmarked)

@@ -170,9 +170,10 @@ def _print_strategy(s: Strategy, count: int) -> None:
             f"held-out ({s.effect.held_out_tasks} tasks): {_support(s.effect.held_out)}",
             highlight=False,
         )
-    table = Table("run", "task", "message", "kind")
+    table = Table("run", "task", "message", "kind", "diagnosis")
     for e in s.evidence:
-        table.add_row(e.trajectory_id[:12], e.task_id, str(e.message_index), e.kind)
+        confirmed = "decisive here" if e.decisive else ""
+        table.add_row(e.trajectory_id[:12], e.task_id, str(e.message_index), e.kind, confirmed)
     console.print(table)
 
 

@@ -80,9 +80,14 @@ def split_by_task(
 
 
 def distil(
-    runs: Iterable[Trajectory], proposers: list[Proposer], config: DistilConfig
+    runs: Iterable[Trajectory],
+    proposers: list[Proposer],
+    config: DistilConfig,
+    decisive: dict[str, int] | None = None,
 ) -> DistilReport:
-    """Propose from the distillation side, judge every candidate on the held-out side."""
+    """Propose from the distillation side, judge every candidate on the held-out side.
+    `decisive` maps failed runs to the decisive message of their verified diagnosis: a failure
+    that broke a rule exactly there is evidence marked `decisive`."""
     distil_side, held = split_by_task(runs, config.held_out, config.salt)
     scope = _scope(distil_side)
     seen: set[tuple[str, str]] = set()
@@ -92,7 +97,7 @@ def distil(
             key = (candidate.rule.first, candidate.rule.then)
             if key not in seen:
                 seen.add(key)
-                judged.append(_judge(candidate, distil_side, held, scope, config))
+                judged.append(_judge(candidate, distil_side, held, scope, config, decisive or {}))
     return DistilReport(
         family=config.family,
         distil_runs=len(distil_side),
@@ -109,6 +114,7 @@ def _judge(
     held: list[FamilyRun],
     scope: StrategyScope,
     config: DistilConfig,
+    decisive: dict[str, int],
 ) -> Judged:
     in_sample = support(candidate.rule, [(item.first, item.success) for item in distil_side])
     held_counts = support(candidate.rule, [(item.first, item.success) for item in held])
@@ -119,7 +125,7 @@ def _judge(
         scope=scope.model_copy(update={"situation": f"before the first {candidate.rule.then}"}),
         rule=candidate.rule,
         source=candidate.source,
-        evidence=_evidence(candidate, distil_side, config.max_evidence),
+        evidence=_evidence(candidate, distil_side, config.max_evidence, decisive),
         effect=StrategyEffect(
             distilled=in_sample, held_out=held_counts, held_out_tasks=len(speaks_to)
         ),
@@ -133,8 +139,11 @@ def _supported(counts: StrategySupport, config: DistilConfig) -> bool:
     return enough and lift is not None and lift > config.min_lift
 
 
-def _evidence(candidate: Candidate, runs: list[FamilyRun], limit: int) -> list[StrategyEvidence]:
-    """Successes (and recovered failures) that followed the rule, failures that broke it."""
+def _evidence(
+    candidate: Candidate, runs: list[FamilyRun], limit: int, decisive: dict[str, int]
+) -> list[StrategyEvidence]:
+    """Successes (and recovered failures) that followed the rule, failures that broke it
+    (those whose diagnosis puts the decisive error at the break first)."""
     found = []
     for item in runs:
         checked = check(candidate.rule, item.first)
@@ -149,9 +158,12 @@ def _evidence(candidate: Candidate, runs: list[FamilyRun], limit: int) -> list[S
                 task_id=item.run.task.id,
                 message_index=checked.message_index,
                 kind=kind,
+                decisive=kind == "failure" and decisive.get(item.run.id) == checked.message_index,
             )
         )
-    found.sort(key=lambda e: (e.kind != "recovered", e.kind != "failure", e.trajectory_id))
+    found.sort(
+        key=lambda e: (not e.decisive, e.kind != "recovered", e.kind != "failure", e.trajectory_id)
+    )
     return found[:limit]
 
 

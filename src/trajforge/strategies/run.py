@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
+from trajforge.diagnose.storage import load_diagnoses
 from trajforge.errors import UserError
 from trajforge.models.base import ChatModel
 from trajforge.schema import Message, Strategy, Task
@@ -45,8 +46,12 @@ def distil_store(
     config: DistilConfig,
     save: bool = True,
 ) -> DistilOutcome:
-    """Distil from the stored runs `flt` selects; store the kept strategies (new versions)."""
-    report = distil(store.query(flt), made, config)
+    """Distil from the stored runs `flt` selects; store the kept strategies (new versions).
+    Stored verified diagnoses of those runs mark the failures they confirm."""
+    runs = list(store.query(flt))
+    diagnoses = load_diagnoses(store, [run.id for run in runs], verified_only=True)
+    decisive = {d.trajectory_id: d.step for d in diagnoses if d.step is not None}
+    report = distil(runs, made, config, decisive)
     stored = save_all(store, report.kept()) if save else []
     rejected = sum(p.rejected_lines for p in made if isinstance(p, LLMProposer))
     return DistilOutcome(report=report, stored=stored, llm_rejected_lines=rejected)

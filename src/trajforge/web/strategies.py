@@ -88,7 +88,8 @@ def _evidence(s: Strategy) -> str:
             h(e.task_id),
             str(e.message_index),
             h(e.kind),
+            "decisive here" if e.decisive else "",
         ]
         for e in s.evidence
     ]
-    return table(["run", "task", "message", "kind"], rows)
+    return table(["run", "task", "message", "kind", "diagnosis"], rows)
