@@ -176,7 +176,13 @@ def test_intervene_and_replay_and_export_on_real_tau2_failures(
     assert all(d.metadata["recovery"]["source"] == "correction" for d in demos)
     data = write_recovered(demos, report, tmp_path)
     loaded = datasets.load_dataset("json", data_files=str(data), split="train")
-    assert len(loaded) == len(demos) and loaded[0]["messages"][0]["role"]
+    by_run = {d.content_id(): d for d in demos}
+    assert set(loaded["run_id"]) == set(by_run)
+    assert set(loaded["parent_run_id"]) == {f.id for f in failures}
+    for row in loaded:  # the failed run's prefix, before the fork, is never learned
+        at = by_run[row["run_id"]].metadata["recovery"]["at"]
+        assert row["learned"] and min(row["learned"]) >= at
+        assert all(i < at for i in row["masked"])
 
 
 def test_recover_command(shared_data: Path, tmp_path: Path) -> None:

@@ -33,7 +33,18 @@ def test_train_sft_from_a_dataset_then_eval_on_held_out_worlds(tmp_path: Path) -
 
 def test_train_sft_names_a_bad_dataset_line(tmp_path: Path) -> None:
     data = tmp_path / "bad.jsonl"
-    data.write_text('{"messages": []}\nnot json\n')
+    data.write_bytes(orjson.dumps(teacher_rows(range(1))[0]) + b"\nnot json\n")
     result = CliRunner().invoke(app, ["train", "sft", "--data", str(data), "--out", str(tmp_path)])
-    assert result.exit_code != 0
+    assert result.exit_code == 1
     assert "bad.jsonl: line 2 is not JSON" in result.output
+
+
+def test_train_sft_refuses_a_row_of_no_known_form(tmp_path: Path) -> None:
+    """A chat row with `weight: 0` marks (the old row shape) is not a training row."""
+    data = tmp_path / "old.jsonl"
+    old = {"messages": [{"role": "user", "content": "hi"},
+                        {"role": "assistant", "content": "x", "weight": 0}], "tools": []}  # fmt: skip
+    data.write_bytes(orjson.dumps(old) + b"\n")
+    result = CliRunner().invoke(app, ["train", "sft", "--data", str(data), "--out", str(tmp_path)])
+    assert result.exit_code == 1
+    assert "old.jsonl: line 1 is not a training row: unknown form None" in result.output

@@ -26,48 +26,17 @@ train_app = typer.Typer(help="Train a student on trajforge data.", no_args_is_he
 
 DataOption = Annotated[
     list[Path] | None,
-    typer.Option("--data", help="Chat JSONL dataset (repeatable); default: the store query."),
+    typer.Option("--data", help="Training rows, JSONL (repeatable); default: the store query."),
 ]
 
 
-def read_dataset(path: Path) -> list[dict[str, Any]]:
-    """Rows of a chat JSONL file (`messages`, `tools` as a list or a JSON string)."""
-    if not path.is_file():
-        raise UserError(f"{path}: no such dataset file")
-    rows = []
-    for number, line in enumerate(path.read_bytes().splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            row = orjson.loads(line)
-        except orjson.JSONDecodeError as exc:
-            raise UserError(f"{path}: line {number} is not JSON ({exc})") from None
-        if not isinstance(row, dict) or not isinstance(row.get("messages"), list):
-            raise UserError(f"{path}: line {number} has no 'messages' list")
-        tools = row.get("tools") or []
-        if isinstance(tools, str):
-            tools = orjson.loads(tools)
-        rows.append({**row, "tools": tools})
-    return rows
-
-
 def stored_rows(db: Path | None, runs: RunFilter) -> list[dict[str, Any]]:
-    """Training rows of stored runs; a labelled deliberate error is never a target."""
-    from trajforge.generate.recovery import training_row
+    """Training rows of stored runs; a labelled mistake is never a target."""
+    from trajforge.generate.recovery import household_rows
 
     with open_store(db) as store:
         trajs = list(store.query(runs.selection()))
-    return [
-        training_row(
-            t,
-            masked=[
-                lb.message_index
-                for lb in t.labels
-                if lb.category == "deliberate_error" and lb.message_index is not None
-            ],
-        )
-        for t in trajs
-    ]
+    return [row for t in trajs for row in household_rows(t, writer="store")]
 
 
 def sft_command(
@@ -88,10 +57,11 @@ def sft_command(
     resume: Annotated[bool, typer.Option("--resume", help="Continue from --out.")] = False,
 ) -> None:
     """Supervised fine-tuning; loss only on assistant turns meant to be learned."""
+    from trajforge.train.data import read_rows, sequences
     from trajforge.train.evaluate import check_training_tasks
     from trajforge.train.sft import SFTConfig, train_sft
 
-    rows = [r for path in data for r in read_dataset(path)] if data else stored_rows(db, runs)
+    rows = [r for path in data for r in read_rows(path)] if data else stored_rows(db, runs)
     tasks = sorted({str(r["task_id"]) for r in rows if r.get("task_id")})
     check_training_tasks(tasks)
     config = SFTConfig(
@@ -115,7 +85,7 @@ def sft_command(
     with bar:
         task = bar.add_task("train", total=steps, loss="-")
         train_sft(
-            [(r["messages"], r["tools"]) for r in rows],
+            sequences(rows),
             out,
             config,
             resume=resume,

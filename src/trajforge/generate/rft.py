@@ -8,9 +8,12 @@ From K sampled rollouts per task, a trajectory is kept when
    (difflib similarity of the action lists at least `similarity`; 1.0 keeps all but exact
    repeats).
 
-The output is chat JSONL with tools, the form TRL's `SFTTrainer` reads:
-`{"messages": [...], "tools": [...]}` per line (tool-call arguments as JSON objects), plus
-`yield.json` with sampled / successes / verified / kept per task.
+The output is `train.jsonl` in trajforge's training-row schema (`trajforge.generate.rows`): a
+kept run with no labelled mistake is one `messages` row (every assistant turn learned); a
+kept run whose policy made labelled mistakes on the way (a noisy policy that still
+succeeded) becomes one prompt-completion row per correct turn, the mistakes staying in the
+prompts as context only. Plus `yield.json` with sampled / successes / verified / kept per
+task and the row counts.
 """
 
 from __future__ import annotations
@@ -25,7 +28,8 @@ from pydantic import BaseModel, Field
 
 from trajforge.envs import make_env
 from trajforge.envs.replay import replay_to
-from trajforge.schema import Message, Trajectory
+from trajforge.generate.rows import row_counts, run_rows, write_rows
+from trajforge.schema import Trajectory
 
 DATA_FILE = "train.jsonl"
 YIELD_FILE = "yield.json"
@@ -113,41 +117,13 @@ def select(
     return kept, report
 
 
-def chat_message(message: Message) -> dict[str, Any]:
-    """A message in the chat form trainers read (tool-call arguments as objects)."""
-    data: dict[str, Any] = {"role": message.role, "content": message.text()}
-    if message.tool_calls:
-        data["tool_calls"] = [
-            {"id": c.id, "type": "function",
-             "function": {"name": c.name, "arguments": _arguments(c.arguments)}}
-            for c in message.tool_calls
-        ]  # fmt: skip
-    if message.tool_call_id:
-        data["tool_call_id"] = message.tool_call_id
-    if message.name and message.role == "tool":
-        data["name"] = message.name
-    return data
-
-
-def _arguments(text: str) -> dict[str, Any]:
-    try:
-        value = orjson.loads(text)
-    except orjson.JSONDecodeError:
-        return {"raw": text}
-    return value if isinstance(value, dict) else {"value": value}
-
-
 def write_sft(kept: list[Trajectory], report: list[TaskYield], out: Path) -> Path:
-    """Write `train.jsonl` and `yield.json` into `out`; returns the data file."""
+    """Write `train.jsonl` (training rows) and `yield.json` into `out`; returns the data file."""
     out.mkdir(parents=True, exist_ok=True)
     data = out / DATA_FILE
-    partial = data.with_suffix(".jsonl.partial")
-    with partial.open("wb") as handle:
-        for traj in kept:
-            record = {"messages": [chat_message(m) for m in traj.messages], "tools": traj.tools}
-            handle.write(orjson.dumps(record) + b"\n")
-    partial.replace(data)
-    summary = {"tasks": [r.model_dump() for r in report], **totals(report)}
+    rows = [row for traj in kept for row in run_rows(traj, "rft")]
+    write_rows(data, rows)
+    summary = {"tasks": [r.model_dump() for r in report], **totals(report), **row_counts(rows)}
     (out / YIELD_FILE).write_bytes(orjson.dumps(summary, option=orjson.OPT_INDENT_2))
     return data
 
