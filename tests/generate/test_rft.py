@@ -58,8 +58,9 @@ def test_output_is_training_rows_that_never_teach_a_labelled_mistake(store, tmp_
     runs = _sample(store, "noisy-expert", k=3, max_steps=60)
     runs += _sample(store, "expert", k=1, max_steps=60)
     kept, report = select(runs, "household", RFTConfig(similarity=1.0))
-    data = write_sft(kept, report, tmp_path / "sft")
-    rows = [orjson.loads(line) for line in data.read_bytes().splitlines()]
+    files = write_sft(kept, report, tmp_path / "sft").data
+    assert [f.name for f in files] == ["train.messages.jsonl", "train.prompt-completion.jsonl"]
+    rows = [orjson.loads(line) for f in files for line in f.read_bytes().splitlines()]
     assert all(validate_row(row) for row in rows)
     by_run = {t.content_id(): t for t in kept}
     assert {row["run_id"] for row in rows} == set(by_run)
@@ -83,8 +84,10 @@ def test_output_is_training_rows_that_never_teach_a_labelled_mistake(store, tmp_
     learned = sum(len(r["learned"]) for r in rows)
     steps = sum(len(t.assistant_indices()) for t in kept)
     assert learned == steps - sum(len(labelled_mistakes(t)) for t in kept)
-    loaded = datasets.load_dataset("json", data_files=str(data), split="train")
-    assert loaded.num_rows == len(rows)
+    for path in files:  # one form per file
+        loaded = datasets.load_dataset("json", data_files=str(path), split="train")
+        assert set(loaded["form"]) == {path.name.split(".")[1]}
+    assert sum(len(f.read_bytes().splitlines()) for f in files) == len(rows)
     summary = json.loads((tmp_path / "sft" / "yield.json").read_text())
     assert summary["kept"] == len(kept) and len(summary["tasks"]) == 4
     assert summary["rows"] == len(rows) and summary["learned_turns"] == learned
@@ -97,7 +100,7 @@ def test_cli_rft_reports_yield(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     summary = json.loads(result.stdout)
     assert summary["sampled"] == 4 and len(summary["tasks"]) == 2
-    assert (tmp_path / "out" / "train.jsonl").exists()
+    assert (tmp_path / "out" / "train.messages.jsonl").exists()
 
 
 def test_rft_dataset_selects_writes_and_summarizes(store, tmp_path: Path) -> None:
@@ -105,7 +108,8 @@ def test_rft_dataset_selects_writes_and_summarizes(store, tmp_path: Path) -> Non
     result = rft_dataset(runs, "household", tmp_path / "out")
     kept, report = select(runs, "household")
     assert result.report == report
-    assert {orjson.loads(line)["run_id"] for line in result.data.read_bytes().splitlines()} == {
-        t.content_id() for t in kept
-    }
-    assert result.summary()["kept"] == len(kept) and result.summary()["out"] == str(result.data)
+    lines = [line for path in result.data for line in path.read_bytes().splitlines()]
+    assert {orjson.loads(line)["run_id"] for line in lines} == {t.content_id() for t in kept}
+    summary = result.summary()
+    assert summary["kept"] == len(kept) and summary["out"] == [str(p) for p in result.data]
+    assert summary["rows"] == len(lines)

@@ -42,8 +42,8 @@ def test_train_sft_names_a_bad_dataset_line(tmp_path: Path) -> None:
 def test_train_sft_refuses_a_row_of_no_known_form(tmp_path: Path) -> None:
     """A chat row with `weight: 0` marks (the old row shape) is not a training row."""
     data = tmp_path / "old.jsonl"
-    old = {"messages": [{"role": "user", "content": "hi"},
-                        {"role": "assistant", "content": "x", "weight": 0}], "tools": []}  # fmt: skip
+    turns = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "x", "weight": 0}]
+    old = {"messages": turns, "tools": []}
     data.write_bytes(orjson.dumps(old) + b"\n")
     result = CliRunner().invoke(app, ["train", "sft", "--data", str(data), "--out", str(tmp_path)])
     assert result.exit_code == 1

@@ -8,12 +8,13 @@ From K sampled rollouts per task, a trajectory is kept when
    (difflib similarity of the action lists at least `similarity`; 1.0 keeps all but exact
    repeats).
 
-The output is `train.jsonl` in trajforge's training-row schema (`trajforge.generate.rows`): a
-kept run with no labelled mistake is one `messages` row (every assistant turn learned); a
-kept run whose policy made labelled mistakes on the way (a noisy policy that still
-succeeded) becomes one prompt-completion row per correct turn, the mistakes staying in the
-prompts as context only. Plus `yield.json` with sampled / successes / verified / kept per
-task and the row counts.
+The output is `train.messages.jsonl` and `train.prompt-completion.jsonl` (one file per
+form, as trainers read one form per dataset) in trajforge's training-row schema
+(`trajforge.generate.rows`): a kept run with no labelled mistake is one `messages` row
+(every assistant turn learned); a kept run whose policy made labelled mistakes on the way
+(a noisy policy that still succeeded) becomes one prompt-completion row per correct turn,
+the mistakes staying in the prompts as context only. Plus `yield.json` with sampled /
+successes / verified / kept per task and the row counts.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from pydantic import BaseModel, Field
 
 from trajforge.envs import make_env
 from trajforge.envs.replay import replay_to
-from trajforge.generate.rows import row_counts, run_rows, write_rows
+from trajforge.generate.rows import row_counts, run_rows, write_forms
 from trajforge.schema import Trajectory
 
 DATA_FILE = "train.jsonl"
@@ -117,15 +118,29 @@ def select(
     return kept, report
 
 
-def write_sft(kept: list[Trajectory], report: list[TaskYield], out: Path) -> Path:
-    """Write `train.jsonl` (training rows) and `yield.json` into `out`; returns the data file."""
+class RFTResult(BaseModel):
+    """What an RFT selection wrote and kept."""
+
+    data: list[Path] = Field(description="The training-row files written, one per form.")
+    report: list[TaskYield] = Field(description="Yield per task.")
+    counts: dict[str, int] = Field(description="Rows, learned and masked turns (`row_counts`).")
+
+    def summary(self) -> dict[str, Any]:
+        """Output path, totals and the per-task yield, as the command reports them."""
+        tasks = [r.model_dump() for r in self.report]
+        out = [str(p) for p in self.data]
+        return {"out": out, **totals(self.report), **self.counts, "tasks": tasks}
+
+
+def write_sft(kept: list[Trajectory], report: list[TaskYield], out: Path) -> RFTResult:
+    """Write the training rows (a file per form) and `yield.json` into `out`."""
     out.mkdir(parents=True, exist_ok=True)
-    data = out / DATA_FILE
     rows = [row for traj in kept for row in run_rows(traj, "rft")]
-    write_rows(data, rows)
+    files = write_forms(out / DATA_FILE, rows)
     summary = {"tasks": [r.model_dump() for r in report], **totals(report), **row_counts(rows)}
+    summary["files"] = {form: path.name for form, path in files.items()}
     (out / YIELD_FILE).write_bytes(orjson.dumps(summary, option=orjson.OPT_INDENT_2))
-    return data
+    return RFTResult(data=list(files.values()), report=report, counts=row_counts(rows))
 
 
 def totals(report: list[TaskYield]) -> dict[str, Any]:
@@ -140,21 +155,9 @@ def totals(report: list[TaskYield]) -> dict[str, Any]:
     }
 
 
-class RFTResult(BaseModel):
-    """What an RFT selection wrote and kept."""
-
-    data: Path = Field(description="The SFT file written (train.jsonl).")
-    report: list[TaskYield] = Field(description="Yield per task.")
-
-    def summary(self) -> dict[str, Any]:
-        """Output path, totals and the per-task yield, as the command reports them."""
-        tasks = [r.model_dump() for r in self.report]
-        return {"out": str(self.data), **totals(self.report), "tasks": tasks}
-
-
 def rft_dataset(
     trajs: list[Trajectory], env_name: str, out: Path, config: RFTConfig | None = None
 ) -> RFTResult:
     """Keep the verified, non-duplicate successes of sampled runs and write them as SFT."""
     kept, report = select(trajs, env_name, config or RFTConfig())
-    return RFTResult(data=write_sft(kept, report, out), report=report)
+    return write_sft(kept, report, out)

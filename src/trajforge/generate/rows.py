@@ -20,12 +20,14 @@ turns and of the prompt's end, the writer and, for rows made from a diagnosis, i
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from trajforge.errors import UserError
 from trajforge.outputs import atomic_output
 from trajforge.schema import Message, Trajectory
 
@@ -314,6 +316,28 @@ def write_rows(path: Path, rows: Iterable[dict[str, Any]]) -> int:
     return count
 
 
+def form_path(path: Path, form: Form) -> Path:
+    """Where `write_forms` puts the rows of one form: `train.jsonl` -> `train.messages.jsonl`."""
+    return path.with_name(f"{path.name.removesuffix('.jsonl')}.{form}.jsonl")
+
+
+def write_forms(path: Path, rows: Iterable[dict[str, Any]]) -> dict[str, Path]:
+    """Rows of mixed forms, one file per form (a trainer reads one form per dataset); a
+    form with no rows leaves no file (an older one is removed). Returns form -> file."""
+    by_form: dict[Form, list[dict[str, Any]]] = {}
+    for row in rows:
+        by_form.setdefault(row["form"], []).append(row)
+    written: dict[str, Path] = {}
+    for form in ROW_MODELS:
+        target = form_path(path, form)
+        if form in by_form:
+            write_rows(target, by_form[form])
+            written[form] = target
+        else:
+            target.unlink(missing_ok=True)
+    return written
+
+
 def row_counts(rows: Iterable[dict[str, Any]]) -> dict[str, int]:
     """Rows, pairs, and the distinct (run, message) turns learned and masked."""
     counts = {"rows": 0, "pairs": 0}
@@ -326,3 +350,55 @@ def row_counts(rows: Iterable[dict[str, Any]]) -> dict[str, int]:
             learned |= {(row["run_id"], i) for i in row["learned"]}
         masked |= {(row["run_id"], i) for i in row.get("masked") or []}
     return counts | {"learned_turns": len(learned), "masked_turns": len(masked)}
+
+
+@dataclass
+class Packed:
+    """One conversation made of rows of one run: the rows, the messages, the positions of
+    the learned turns in them, and the tools."""
+
+    rows: list[dict[str, Any]]
+    messages: list[dict[str, Any]]
+    learned: set[int]
+    tools: list[dict[str, Any]]
+
+
+def _conversation(row: dict[str, Any]) -> tuple[list[dict], set[int]]:
+    """The row's whole conversation and the positions of its learned turns."""
+    if row["form"] == "messages":
+        messages = row["messages"]
+        return messages, {i for i, m in enumerate(messages) if m["role"] == "assistant"}
+    if row["form"] == "preference":
+        raise UserError(
+            f"run {row['run_id']}: a preference row (prompt/chosen/rejected) is for "
+            "preference training (TRL's DPOTrainer), not SFT"
+        )
+    prompt, completion = row["prompt"], row["completion"]
+    return prompt + completion, set(range(len(prompt), len(prompt) + len(completion)))
+
+
+def pack_rows(rows: Iterable[dict[str, Any]]) -> list[Packed]:
+    """Rows as whole conversations: rows of one run whose conversations start one another
+    (one row per learned turn) become one conversation with every learned turn of them, in
+    the order of each conversation's first row."""
+    listed = list(rows)
+    conversations = [_conversation(row) for row in listed]
+    packed: list[tuple[int, Packed]] = []
+    by_run: dict[str, list[int]] = {}
+    for index in sorted(range(len(listed)), key=lambda i: -len(conversations[i][0])):
+        row, (messages, learned) = listed[index], conversations[index]
+        runs = by_run.setdefault(row["run_id"], [])
+        target = next((k for k in runs if _starts(packed[k][1], messages, row["tools"])), None)
+        if target is None:
+            runs.append(len(packed))
+            packed.append((index, Packed([row], messages, set(learned), row["tools"])))
+            continue
+        first, conversation = packed[target]
+        conversation.learned |= learned
+        conversation.rows.append(row)
+        packed[target] = (min(first, index), conversation)
+    return [conversation for _, conversation in sorted(packed, key=lambda item: item[0])]
+
+
+def _starts(longer: Packed, messages: list[dict], tools: list[dict]) -> bool:
+    return longer.tools == tools and longer.messages[: len(messages)] == messages

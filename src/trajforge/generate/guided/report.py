@@ -16,7 +16,7 @@ from trajforge.diagnose.run import diagnose_run, make_localizer, select_failures
 from trajforge.diagnose.storage import load_diagnoses
 from trajforge.errors import UserError
 from trajforge.generate.guided.search import GuidedRecovery, RecoveryResult
-from trajforge.generate.rows import Writer, run_rows, write_rows
+from trajforge.generate.rows import Writer, run_rows, write_forms
 from trajforge.schema import Trajectory
 from trajforge.store import Store, TrajectoryFilter
 
@@ -172,11 +172,11 @@ def demo_rows(demo: Trajectory, writer: Writer = "recover", kind: str = "") -> l
     return run_rows(demo, writer, not_learned=before, kind=kind)
 
 
-def write_recovered(demos: list[Trajectory], report: RecoveryReport, out: Path) -> Path:
-    """`recovered.jsonl` (training rows, `demo_rows`) and `recovery.json` (the report) in
-    `out`; returns the data file."""
+def write_recovered(demos: list[Trajectory], report: RecoveryReport, out: Path) -> list[Path]:
+    """The training rows (`demo_rows`; `recovered.messages.jsonl` and
+    `recovered.prompt-completion.jsonl`, the forms present) and `recovery.json` (the
+    report) in `out`; returns the data files."""
     out.mkdir(parents=True, exist_ok=True)
-    data = out / DATA_FILE
-    write_rows(data, [row for demo in demos for row in demo_rows(demo)])
+    files = write_forms(out / DATA_FILE, [row for demo in demos for row in demo_rows(demo)])
     (out / REPORT_FILE).write_bytes(orjson.dumps(report.model_dump(), option=orjson.OPT_INDENT_2))
-    return data
+    return list(files.values())
