@@ -16,8 +16,9 @@ EXPORTERS.register("parquet", "trajforge.export.tables:write_parquet")
 EXPORTERS.register("rl", "trajforge.export.rl:export_rl")
 EXPORTERS.register("sft", "trajforge.export.training:export_sft")
 EXPORTERS.register("openai", "trajforge.export.training:export_openai")
+EXPORTERS.register("dpo", "trajforge.export.training:export_dpo")
 
-WRITTEN = {"sft": "training rows", "openai": "conversations"}
+WRITTEN = {"sft": "training rows", "openai": "conversations", "dpo": "preference pairs"}
 """What an exporter's count counts, where it is not trajectories."""
 BY_FORM = {"sft"}
 """Formats written as one file per training-row form beside the output name."""

@@ -1,4 +1,4 @@
-"""Training data from any store query (`trajforge export --format sft|openai`).
+"""Training data from any store query (`trajforge export --format sft|openai|dpo`).
 
 - `sft`: training rows (`trajforge.generate.rows`), one file per form beside the output
   name (`OUT.messages.jsonl`, `OUT.prompt-completion.jsonl`). A successful run gives its rows (one
@@ -6,7 +6,10 @@
   a stored, verified diagnosis whose correction is an action gives one recovery row (the
   messages before the decisive step + the diagnostic feedback -> the correction). Other
   failed runs give nothing.
-- `openai`: the same data in OpenAI's chat fine-tuning form, one conversation per line
+- `dpo`: preference pairs at one step (`trajforge.generate.pairs`): a failed run with a
+  verified diagnosis whose correction is an action gives chosen = the correction, rejected =
+  the run's action; rollouts of one task give pairs where a passing and a failing one part.
+- `openai`: the same data as `sft` in OpenAI's chat fine-tuning form, one conversation per line
   (`messages`, `tools`), every assistant message weighted `weight: 1` (learned) or `0`
   (context), the rows of one run packed back into one conversation. OpenAI's format has no
   room for provenance, so it goes line by line into `<out>.provenance.jsonl`. Every line is
@@ -26,7 +29,8 @@ from trajforge.diagnose.storage import load_diagnoses
 from trajforge.errors import UserError
 from trajforge.export.openai_check import check_openai_line
 from trajforge.export.tables import atomic_path
-from trajforge.generate.rows import Packed, pack_rows, run_rows, write_forms
+from trajforge.generate.pairs import correction_pair, sibling_pairs
+from trajforge.generate.rows import Packed, pack_rows, run_rows, write_forms, write_rows
 from trajforge.generate.views import recovery_item
 from trajforge.schema import Trajectory
 from trajforge.store import Store, TrajectoryFilter
@@ -68,6 +72,32 @@ def _nonempty(rows: list[dict[str, Any]], store: Store, flt: TrajectoryFilter) -
             f"no training data: none of the {store.count(flt)} selected runs is a success or a "
             "failure with a verified correction (run `trajforge diagnose` first); nothing written"
         )
+
+
+def pair_rows(store: Store, flt: TrajectoryFilter) -> list[dict[str, Any]]:
+    """Preference pairs of the selected runs: verified corrections, then siblings."""
+    trajs = list(store.query(flt))
+    failures = [t for t in trajs if t.outcome.success is False]
+    diagnoses = _verified(load_diagnoses(store, [t.id for t in failures], verified_only=True))
+    rows = []
+    for traj in failures:
+        found = (correction_pair(traj, d) for d in diagnoses.get(traj.id, []))
+        row = next((r for r in found if r is not None), None)
+        if row is not None:
+            rows.append(row)
+    return rows + sibling_pairs(trajs)
+
+
+def export_dpo(store: Store, flt: TrajectoryFilter, out: Path) -> int:
+    """Preference pairs of the selected runs to `out`; returns the number of pairs."""
+    rows = pair_rows(store, flt)
+    if not rows:
+        raise UserError(
+            f"no preference pairs: none of the {store.count(flt)} selected runs is a failure "
+            "with a verified correction that is an action, nor a failure with a passing "
+            "sibling on its task; nothing written"
+        )
+    return write_rows(out, rows)
 
 
 def export_sft(store: Store, flt: TrajectoryFilter, out: Path) -> int:
@@ -125,6 +155,7 @@ def openai_line(conversation: Packed) -> dict[str, Any]:
 def _provenance(conversation: Packed, line: int) -> dict[str, Any]:
     first = conversation.rows[0]
     keep = ("writer", "kind", "run_id", "parent_run_id", "task_id", "environment", "method")
+    keep += ("feedback",)
     return {
         "line": line,
         **{key: first.get(key) for key in keep},

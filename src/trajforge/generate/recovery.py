@@ -55,7 +55,7 @@ def recover(
         source=parent.source,
         messages=[m.model_copy(deep=True) for m in parent.messages[:end]],
         tools=parent.tools,
-        metadata={"recovered_from": parent.id, "error_index": error_index},
+        metadata={"recovered_from": parent.id or parent.content_id(), "error_index": error_index},
     )
     prefix_steps = len(child.assistant_indices())
     return run_episode(
@@ -73,7 +73,7 @@ def first_labelled_error(traj: Trajectory) -> int | None:
     return min((i for i in indices if i is not None), default=None)
 
 
-def _action_key(message: Message) -> list[tuple[str, Any]]:
+def action_key(message: Message) -> list[tuple[str, Any]]:
     """What an assistant message does: its tool calls with parsed arguments, else its text."""
     if not message.tool_calls:
         return [("say", message.text())]
@@ -102,7 +102,7 @@ def first_disagreement(
             step=len([i for i in traj.assistant_indices() if i < index]),
         )
         wanted = teacher.act(state).message
-        if _action_key(wanted) != _action_key(traj.messages[index]):
+        if action_key(wanted) != action_key(traj.messages[index]):
             return index
     return None
 

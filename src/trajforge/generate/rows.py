@@ -102,6 +102,9 @@ class Provenance(_Strict):
     diagnosis_id: str | None = Field(default=None, description="Rows from a stored diagnosis.")
     category: str | None = Field(default=None, description="That diagnosis's error category.")
     verified: bool | None = Field(default=None, description="Its correction was verified.")
+    chosen_run_id: str | None = Field(
+        default=None, description="Preference rows: the run the chosen turn comes from."
+    )
 
 
 class MessagesRow(Provenance):
@@ -275,8 +278,8 @@ def preference_row(
     writer: Writer,
     *,
     method: str,
-    tools: list[dict[str, Any]] | None = None,
     kind: str = "",
+    extra: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """At message `step` of `traj`: prompt = the messages before it, chosen = `chosen`,
     rejected = the run's own message `step`."""
@@ -284,9 +287,9 @@ def preference_row(
     masked = [i for i in traj.assistant_indices() if i < step and i in labelled_mistakes(traj)]
     return checked({
         "form": "preference", **provenance(traj, writer, kind), "learned": [step],
-        "masked": masked, "prompt_end": step, "method": method, "prompt": prompt,
-        "chosen": [chat_message(chosen)], "rejected": [chat_message(traj.messages[step])],
-        "tools": list(tools if tools is not None else traj.tools),
+        "masked": masked, "prompt_end": step, "method": method, **(extra or {}),
+        "prompt": prompt, "chosen": [chat_message(chosen)],
+        "rejected": [chat_message(traj.messages[step])], "tools": list(traj.tools),
     })  # fmt: skip
 
 
