@@ -154,8 +154,8 @@ def openai_line(conversation: Packed) -> dict[str, Any]:
 
 def _provenance(conversation: Packed, line: int) -> dict[str, Any]:
     first = conversation.rows[0]
-    keep = ("writer", "kind", "run_id", "parent_run_id", "task_id", "environment", "method")
-    keep += ("feedback",)
+    keep = ("writer", "kind", "run_id", "parent_run_id", "task_id", "environment", "method",
+            "feedback")  # fmt: skip
     return {
         "line": line,
         **{key: first.get(key) for key in keep},
