@@ -85,8 +85,9 @@ class Provenance(_Strict):
     )
     masked: list[int] = Field(
         default_factory=list,
-        description="Message indices of assistant turns in the context that are not learned "
-        "(labelled mistakes, a failed prefix, non-actions).",
+        description="Message indices of the run's assistant turns in the row's context that "
+        "no row of the run learns: labelled mistakes, non-actions, and the prefix of a failed "
+        "run before its diagnosed step or fork.",
     )
     prompt_end: int | None = Field(
         default=None,
@@ -262,7 +263,7 @@ def step_row(
     prompt = chat_messages(traj.messages[:step])
     if feedback is not None:
         prompt.append({"role": "user", "content": feedback})
-    masked = [i for i in traj.assistant_indices() if i < step and i in labelled_mistakes(traj)]
+    masked = [i for i in traj.assistant_indices() if i < step]
     return checked({
         "form": "prompt-completion", **provenance(traj, writer, ""), "learned": [step],
         "masked": masked, "prompt_end": step, "feedback": feedback is not None,
@@ -284,7 +285,7 @@ def preference_row(
     """At message `step` of `traj`: prompt = the messages before it, chosen = `chosen`,
     rejected = the run's own message `step`."""
     prompt = chat_messages(traj.messages[:step])
-    masked = [i for i in traj.assistant_indices() if i < step and i in labelled_mistakes(traj)]
+    masked = [i for i in traj.assistant_indices() if i < step]
     return checked({
         "form": "preference", **provenance(traj, writer, kind), "learned": [step],
         "masked": masked, "prompt_end": step, "method": method, **(extra or {}),
@@ -405,3 +406,43 @@ def pack_rows(rows: Iterable[dict[str, Any]]) -> list[Packed]:
 
 def _starts(longer: Packed, messages: list[dict], tools: list[dict]) -> bool:
     return longer.tools == tools and longer.messages[: len(messages)] == messages
+
+
+MESSAGE_COLUMNS = ("messages", "prompt", "completion", "chosen", "rejected", "tools")
+"""Columns of messages or tool schemas (decoded by `datasets` as JSON objects)."""
+
+
+def dataset_features() -> Any:
+    """The Hugging Face `datasets` features of every column of every form: pass them to
+    `load_dataset("json", data_files=[...], features=...)` to load files of different
+    forms and writers together (a column a form lacks is null)."""
+    from datasets import Features, Json, List, Value
+
+    scalar = {str: Value("string"), int: Value("int64"), bool: Value("bool")}
+    columns: dict[str, Any] = {}
+    for model in ROW_MODELS.values():
+        for name, field in model.model_fields.items():
+            if name in MESSAGE_COLUMNS:
+                columns[name] = List(Json())
+            elif name in ("learned", "masked"):
+                columns[name] = List(Value("int64"))
+            else:
+                kind = next(t for t in (bool, int, str) if _holds(field.annotation, t))
+                columns[name] = scalar[kind]
+    return Features(columns)
+
+
+def _holds(annotation: Any, kind: type) -> bool:
+    """Whether a field's type is `kind` or optional `kind` (a Literal of strings is a str)."""
+    from typing import get_args
+
+    options = get_args(annotation) or (annotation,)
+    return any(o is kind or (kind is str and isinstance(o, str)) or _holds_literal(o, kind)
+               for o in options)  # fmt: skip
+
+
+def _holds_literal(option: Any, kind: type) -> bool:
+    from typing import get_args
+
+    values = get_args(option)
+    return bool(values) and all(isinstance(v, kind) for v in values)
