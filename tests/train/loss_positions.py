@@ -128,9 +128,16 @@ def train_one_step(
     if kind == "dpo":
         from trl import DPOConfig, DPOTrainer
 
+        import copy
+
         args = DPOConfig(**common, beta=0.1)
+        reference = copy.deepcopy(model)  # a local model has no path to load a reference from
         trainer = DPOTrainer(
-            model=model, args=args, train_dataset=dataset, processing_class=tokenizer
+            model=model,
+            ref_model=reference,
+            args=args,
+            train_dataset=dataset,
+            processing_class=tokenizer,
         )
     else:
         from trl import SFTConfig, SFTTrainer
