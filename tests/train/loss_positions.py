@@ -126,9 +126,9 @@ def train_one_step(
         "max_length": None,
     }
     if kind == "dpo":
-        from trl import DPOConfig, DPOTrainer
-
         import copy
+
+        from trl import DPOConfig, DPOTrainer
 
         args = DPOConfig(**common, beta=0.1)
         reference = copy.deepcopy(model)  # a local model has no path to load a reference from
