@@ -410,6 +410,9 @@ def _starts(longer: Packed, messages: list[dict], tools: list[dict]) -> bool:
 
 MESSAGE_COLUMNS = ("messages", "prompt", "completion", "chosen", "rejected", "tools")
 """Columns of messages or tool schemas (decoded by `datasets` as JSON objects)."""
+COLUMN_TYPES = {"learned": "indices", "masked": "indices", "prompt_end": "int64",
+                "feedback": "bool", "verified": "bool"}  # fmt: skip
+"""The other columns that are not strings."""
 
 
 def dataset_features() -> Any:
@@ -418,31 +421,12 @@ def dataset_features() -> Any:
     forms and writers together (a column a form lacks is null)."""
     from datasets import Features, Json, List, Value
 
-    scalar = {str: Value("string"), int: Value("int64"), bool: Value("bool")}
     columns: dict[str, Any] = {}
     for model in ROW_MODELS.values():
-        for name, field in model.model_fields.items():
+        for name in model.model_fields:
+            kind = COLUMN_TYPES.get(name, "string")
             if name in MESSAGE_COLUMNS:
                 columns[name] = List(Json())
-            elif name in ("learned", "masked"):
-                columns[name] = List(Value("int64"))
             else:
-                kind = next(t for t in (bool, int, str) if _holds(field.annotation, t))
-                columns[name] = scalar[kind]
+                columns[name] = List(Value("int64")) if kind == "indices" else Value(kind)
     return Features(columns)
-
-
-def _holds(annotation: Any, kind: type) -> bool:
-    """Whether a field's type is `kind` or optional `kind` (a Literal of strings is a str)."""
-    from typing import get_args
-
-    options = get_args(annotation) or (annotation,)
-    return any(o is kind or (kind is str and isinstance(o, str)) or _holds_literal(o, kind)
-               for o in options)  # fmt: skip
-
-
-def _holds_literal(option: Any, kind: type) -> bool:
-    from typing import get_args
-
-    values = get_args(option)
-    return bool(values) and all(isinstance(v, kind) for v in values)
