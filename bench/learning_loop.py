@@ -72,7 +72,6 @@ from trajforge.generate.recovery import (
 )
 from trajforge.rollout.episode import Limits, run_episode
 from trajforge.serve.student import Student
-from trajforge.train.data import sequences
 from trajforge.train.evaluate import (
     check_held_out,
     fresh_starts,
@@ -83,6 +82,7 @@ from trajforge.train.evaluate import (
     wilson,
 )
 from trajforge.train.guided import LockstepRunner
+from trajforge.train.rows import sequences
 from trajforge.train.sft import SFTConfig, train_sft
 
 Row = tuple[list[dict], list[dict]]

@@ -43,10 +43,10 @@ from trajforge.envs.household import HouseholdEnv, task_for
 from trajforge.generate.recovery import household_rows
 from trajforge.rollout.episode import Limits, run_episode
 from trajforge.serve.student import Student
-from trajforge.train.data import sequences
 from trajforge.train.evaluate import fresh_starts, held_out_tasks, rate, run_lockstep, wilson
 from trajforge.train.rl import RLConfig, train_rl
 from trajforge.train.rl.handoff import handoff_matrix
+from trajforge.train.rows import sequences
 from trajforge.train.sft import SFTConfig, train_sft
 
 RESULTS = Path(__file__).parent / "results" / "rl_loop.json"

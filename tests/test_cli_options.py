@@ -71,7 +71,7 @@ def test_offer_leaves_flags_out_and_renames_one() -> None:
 
 
 def test_the_outcome_is_checked_and_a_command_may_fix_it() -> None:
-    with pytest.raises(UserError, match="--outcome must be 'success' or 'failure'"):
+    with pytest.raises(UserError, match="--outcome must be 'success', 'failure' or 'model_error'"):
         RunFilter(outcome="maybe").selection()
     assert RunFilter().selection(outcome="failure").success is False
     assert RunFilter(outcome="success").selection().success is True

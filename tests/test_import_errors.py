@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import gzip
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import orjson
@@ -153,3 +156,91 @@ def test_keys_after_a_long_first_value_are_still_detected(tmp_path: Path) -> Non
     with Store(tmp_path / "s.db") as store:
         report = import_paths(store, [str(folder)])
     assert report.added == 1 and report.not_trajectories == []
+
+
+def corrupt_gzip(source: Path, out: Path, at: float) -> Path:
+    """`source` gzipped, with bytes flipped at fraction `at` of the compressed stream (the
+    header and trailer stay valid, so the damage shows only when that block decompresses)."""
+    data = bytearray(gzip.compress(source.read_bytes()))
+    middle = 10 + int((len(data) - 18) * at)
+    for i in range(middle, middle + 16):
+        data[i] ^= 0x5A
+    out.write_bytes(bytes(data))
+    return out
+
+
+@pytest.mark.parametrize(
+    ("source", "at", "stream"),
+    [
+        (WHO, 0.1, False),  # in the head that detection reads
+        (TAU_AIRLINE, 0.8, False),  # past the head: while the whole file is parsed
+        (TAU_AIRLINE, 0.8, True),  # while the array is streamed
+        (TAU_AIRLINE, 0.1, True),
+    ],
+)
+def test_corrupt_gzip_stream_is_one_error_naming_the_file(
+    source: Path, at: float, stream: bool, tmp_path: Path
+) -> None:
+    bad = corrupt_gzip(source, tmp_path / f"{source.name}.gz", at)
+    env = {**os.environ, STREAM_THRESHOLD_ENV: "1000" if stream else str(10**12)}
+    result = subprocess.run(
+        [sys.executable, "-m", "trajforge", "import", str(bad), "--db", str(tmp_path / "s.db")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert result.returncode == 1, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    assert str(bad) in lines[0]
+    # zlib's error, or the JSON parser's when the damaged block still inflates to garbage
+    assert "cannot read file" in lines[0] or "malformed JSON" in lines[0]
+    assert "Traceback" not in result.stderr + result.stdout
+
+
+@pytest.mark.parametrize(
+    ("name", "content"),
+    [
+        ("empty.traj", {"history": [], "mistake_step": "x"}),  # swe-agent, by its name
+        ("tau.json", [{"task_id": 1, "traj": [], "reward": 0.0, "info": {}}]),
+        ("chat.jsonl", [{"messages": []}]),
+    ],
+)
+def test_a_run_with_no_messages_is_not_imported(name: str, content: object, tmp_path: Path) -> None:
+    """Whatever the format, a run without a single message is an error naming the file and
+    the run, and the store stays empty (Who&When already refuses an empty `history`: its
+    `mistake_step` cannot point into it)."""
+    path = tmp_path / name
+    if name.endswith(".jsonl"):
+        path.write_bytes(b"".join(orjson.dumps(line) + b"\n" for line in content))  # type: ignore[attr-defined]
+    else:
+        path.write_bytes(orjson.dumps(content))
+    with Store(tmp_path / "s.db") as store:
+        report = import_paths(store, [str(path)])
+        assert store.count() == 0
+    assert [f.error for f in report.files if f.error], report
+    error = report.files[0].error or ""
+    assert str(path) in error and "the run has no messages" in error
+
+
+@pytest.mark.parametrize(
+    ("name", "compress", "words"),
+    [
+        ("14.json.bz2", "bz2", "compressed with bzip2; decompress it first"),
+        ("14.json.xz", "lzma", "compressed with xz; decompress it first"),
+        ("14.json", "gzip", "compressed with gzip; name it 14.json.gz"),
+    ],
+)
+def test_a_file_compressed_otherwise_than_gz_names_the_fix(
+    name: str, compress: str, words: str, tmp_path: Path
+) -> None:
+    """Only gzip named .gz is decompressed: other compressed files say how to read them."""
+    import importlib
+
+    module = importlib.import_module(compress)
+    path = tmp_path / name
+    path.write_bytes(module.compress(WHO.read_bytes()))
+    with Store(tmp_path / "s.db") as store, pytest.raises(UnknownFormatError) as caught:
+        import_paths(store, [str(path)])
+    assert str(path) in str(caught.value) and words in str(caught.value)

@@ -3,12 +3,14 @@ a valid import, never a traceback, and a rejected file never changes the store.
 
 Each format starts from a small real file (cut to a few runs or messages to stay fast); the
 mutations are truncation, byte flips, a value of another type, a deleted key, a huge string,
-deep nesting, bad encodings, and empty or special files. Some cases run with the streaming
+deep nesting, bad encodings, and empty or special files; a quarter of the cases are written
+gzipped, half of those with their compressed stream damaged. Some cases run with the streaming
 parser forced on. The counts are printed (run with -s to see them).
 """
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
 import os
@@ -27,7 +29,8 @@ from trajforge.importers import import_paths
 from trajforge.importers.base import STREAM_THRESHOLD_ENV
 from trajforge.store import Store
 
-SEED = 1212
+SEED = int(os.environ.get("TRAJFORGE_FUZZ_SEED", "1212"))
+"""The fuzz seed; TRAJFORGE_FUZZ_SEED runs other cases (4711 and 90210 pass too)."""
 CASES_PER_FORMAT = 36
 SAMPLE = sample_dir()
 TEST_DATA = Path(__file__).parent / "data"
@@ -188,6 +191,20 @@ def empty_like(rng: random.Random, content: bytes, jsonl: bool) -> bytes:
     )
 
 
+GZIP_SHARE = 0.25
+"""Share of cases written gzipped (as NAME.gz); half of those with the compressed stream hit."""
+
+
+def gzipped(rng: random.Random, data: bytes) -> bytes:
+    """`data` gzipped; half the time with bytes of the compressed stream changed (its header
+    and trailer kept), so the damage shows only when that block is inflated."""
+    packed = bytearray(gzip.compress(data, mtime=0))
+    if rng.random() < 0.5 and len(packed) > 24:
+        for _ in range(rng.randint(1, 4)):
+            packed[rng.randrange(10, len(packed) - 8)] ^= rng.randrange(1, 256)
+    return bytes(packed)
+
+
 MUTATIONS: list[Mutation] = [
     truncate,
     flip_bytes,
@@ -234,13 +251,15 @@ def test_fuzzed_imports_fail_cleanly(shared_data: Path, tmp_path: Path, monkeypa
                 folder = tmp_path / f"{fmt}-{case}"
                 folder.mkdir()
                 path = folder / name
+                if rng.random() < GZIP_SHARE:
+                    path, mutated = folder / f"{name}.gz", gzipped(rng, mutated)
                 path.write_bytes(mutated)
                 if rng.random() < 0.25:
                     monkeypatch.setenv(STREAM_THRESHOLD_ENV, "64")
                 else:
                     monkeypatch.delenv(STREAM_THRESHOLD_ENV, raising=False)
                 before = _fingerprint(store)
-                label = f"{fmt} case {case} ({mutation.__name__})"
+                label = f"{fmt} case {case} ({mutation.__name__}, {path.name})"
                 try:
                     result, error = _import_one(store, path)
                 except Exception as exc:  # a traceback: what this test must never see

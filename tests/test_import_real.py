@@ -29,7 +29,7 @@ def counts(store: Store, **fields: object) -> tuple[int, int]:
 def test_nothing_fails_and_second_import_adds_nothing(imported) -> None:
     store, first, second = imported
     assert first.failed == [] and second.failed == []
-    assert first.added == store.count() == 393 + 200 + 100 + 126 + 3 + 164
+    assert first.added == store.count() == 393 + 200 + 100 + 126 + 3 + 164 + 2
     assert second.added == 0
     assert second.duplicates == first.added
 
@@ -121,3 +121,17 @@ def test_non_trajectories_are_listed_not_failed(imported, shared_data: Path) -> 
     assert not any(p.endswith(".traj.json") for p in skipped)
     reports = [p for p in first.sidecars if p.endswith("report.json")]
     assert len(reports) == 393
+
+
+def test_swe_agent_run_whose_history_ends_before_its_submit_step(imported) -> None:
+    """SWE-agent 1.x's test-repo run: five steps, the last (`submit`) not in `history`; it
+    imports with the four steps on their messages and the fifth kept in the metadata."""
+    store, _, _ = imported
+    runs = {
+        Path(r.source_file or "").name: r for r in store.rows(TrajectoryFilter(harness="swe-agent"))
+    }
+    assert len(runs) == 2
+    traj = store.get(runs["SWE-agent__test-repo__6e44b9__sweagenttestrepo-1c2844.traj"].id)
+    steps = [m.extra["trajectory_step"] for m in traj.messages if "trajectory_step" in m.extra]
+    assert steps == [0, 1, 2, 3]
+    assert traj.metadata["final_step"]["action"].startswith("submit")

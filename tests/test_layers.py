@@ -38,6 +38,7 @@ LAYERS: list[set[str]] = [
         "version",
         "faultspec",
         "processes",
+        "progress",
     },
     {"store"},
     {"importers", "models"},

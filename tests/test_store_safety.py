@@ -71,6 +71,50 @@ def test_concurrent_first_use_creates_the_schema_once(tmp_path: Path) -> None:
         assert_usable(path)
 
 
+# Each round: PROCESSES processes wait at a barrier, then all open the same new store and
+# import into it (one empties the journal for its bulk import while the others create the
+# schema: the case where SQLite answered "database is locked" at once).
+CONCURRENT_IMPORTS = """
+import multiprocessing as mp, sys
+from pathlib import Path
+from trajforge.importers import import_paths
+from trajforge.store import Store
+
+def work(args):
+    path, barrier = args
+    barrier.wait()
+    try:
+        with Store(path) as store:
+            import_paths(store, [sys.argv[2]])
+    except Exception as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return ""
+
+if __name__ == "__main__":
+    rounds, processes = int(sys.argv[3]), int(sys.argv[4])
+    ctx = mp.get_context("fork")
+    barrier = ctx.Manager().Barrier(processes)
+    with ctx.Pool(processes) as pool:
+        for n in range(rounds):
+            path = str(Path(sys.argv[1]) / f"s{n}.db")
+            for error in pool.map(work, [(path, barrier)] * processes, chunksize=1):
+                if error:
+                    print(error)
+"""
+
+
+def test_concurrent_first_imports_into_a_new_store_all_succeed(tmp_path: Path) -> None:
+    """40 rounds of 3 processes creating and filling one new store at once (before: about
+    one process in 30 failed with "database is locked")."""
+    child = python("-c", CONCURRENT_IMPORTS, str(tmp_path), str(RUN), "40", "3")
+    out, err = child.communicate(timeout=300)
+    assert child.returncode == 0, err
+    assert out == "", out
+    for path in tmp_path.glob("s*.db"):
+        with Store(path) as store:
+            assert store.count() == 1
+
+
 def cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "trajforge", *args], capture_output=True, text=True, timeout=60
@@ -139,3 +183,34 @@ def test_db_read_only_file_is_one_line(tmp_path: Path) -> None:
     finally:
         os.chmod(tmp_path, 0o755)
     assert result.returncode == 1 and result.stderr.count("\n") == 1, result.stderr
+
+
+def _contents(store: Store) -> list[tuple]:
+    return store.db.execute("SELECT id, doc FROM trajectories ORDER BY id").fetchall()
+
+
+@pytest.mark.parametrize("first_use", [True, False])
+def test_a_full_disk_during_an_import_names_it_and_keeps_the_store(
+    tmp_path: Path, first_use: bool
+) -> None:
+    """SQLite's page limit stands in for a full disk: the import stops with an error that
+    says the disk is full (not "cannot rollback"), and the store is as it was."""
+    from trajforge.importers import import_paths
+    from trajforge.store import StoreFull
+
+    big = sample_dir() / "tau-bench" / "historical_trajectories" / "gpt-4o-airline.json"
+    with Store(tmp_path / "s.db") as store:
+        if not first_use:
+            import_paths(store, [str(RUN)])
+        before = _contents(store)
+        (pages,) = store.db.execute("PRAGMA page_count").fetchone()
+        store.db.execute(f"PRAGMA max_page_count = {pages + 20}")
+        with pytest.raises(StoreFull) as caught:
+            import_paths(store, [str(big)], workers=0)
+        message = str(caught.value)
+        assert "disk is full" in message and "SQLITE_FULL" in message
+        assert str(tmp_path / "s.db") in message and "rollback" not in message
+        assert _contents(store) == before
+        assert store.db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+        store.db.execute("PRAGMA max_page_count = 1073741823")
+        assert import_paths(store, [str(big)]).added > 0  # usable once there is room

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import io
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
@@ -12,12 +13,33 @@ import orjson
 
 from trajforge.errors import InputError
 
+READ_ERRORS = (OSError, EOFError, zlib.error)
+"""What reading a file can raise: the file system, a gzip stream cut short (EOFError) or
+corrupt (a bad header is an OSError, a bad compressed block a `zlib.error`)."""
+
 
 def open_binary(path: Path) -> io.BufferedIOBase:
     """Open a file for reading bytes, decompressing `.gz` transparently."""
     if path.suffix == ".gz":
         return gzip.open(path, "rb")
     return path.open("rb")
+
+
+COMPRESSED_MAGIC = {
+    b"\x1f\x8b": "gzip",
+    b"BZh": "bzip2",
+    b"\xfd7zXZ\x00": "xz",
+    b"\x28\xb5\x2f\xfd": "zstd",
+    b"\x04\x22\x4d\x18": "lz4",
+    b"PK\x03\x04": "zip",
+    b"7z\xbc\xaf\x27\x1c": "7z",
+}
+"""How compressed files begin (only gzip, named `.gz`, is decompressed when read)."""
+
+
+def compression_of(head: bytes) -> str | None:
+    """The compression a file's first bytes show, or None."""
+    return next((name for magic, name in COMPRESSED_MAGIC.items() if head.startswith(magic)), None)
 
 
 def base_name(path: Path) -> str:
@@ -30,7 +52,7 @@ def load_json(path: Path) -> object:
     try:
         with open_binary(path) as handle:
             data = handle.read()
-    except (OSError, EOFError) as exc:
+    except READ_ERRORS as exc:
         raise InputError(str(path), f"cannot read file: {exc}") from exc
     try:
         return orjson.loads(data)
@@ -71,7 +93,7 @@ def iter_jsonl(path: Path, lines: LineRange = WHOLE_FILE) -> Iterator[tuple[int,
                     left -= len(line)
                 if line.strip():
                     yield number, _parse_line(path, number, line)
-        except (OSError, EOFError) as exc:
+        except READ_ERRORS as exc:
             raise InputError(str(path), f"cannot read file: {exc}", f"line {number + 1}") from exc
 
 

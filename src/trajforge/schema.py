@@ -55,6 +55,13 @@ point, a deliberate perturbation, a crash, a model call that failed every retry
 (`model_error`); `other`: a harness's own words (kept in
 `Outcome.exit_status`)."""
 TERMINATION_REASONS: tuple[TerminationReason, ...] = get_args(TerminationReason)
+MODEL_ERROR: TerminationReason = "model_error"
+
+OutcomeStatus = Literal["success", "failure", "model_error", "unjudged"]
+"""What a run's outcome says about its agent: it solved the task (`success`), it did not
+(`failure`), the run ended because the model or its endpoint could not be reached
+(`model_error`: says nothing about the agent, so it is kept out of failure counts, failure
+selections, diagnoses and training data), or it was not judged (`unjudged`)."""
 
 EnvFaultKind = Literal["transient", "persistent", "silent"]
 """Tool faults an environment wrapper injects (see `trajforge.envs.faults`)."""
@@ -336,19 +343,34 @@ class Outcome(_Model):
     )
 
     _exit_status: str | None = PrivateAttr(default=None)
+    _recorded_failure: bool = PrivateAttr(default=False)
 
     @model_validator(mode="wrap")
     @classmethod
     def _harness_words(cls, data: Any, handler: ModelWrapValidatorHandler[Outcome]) -> Outcome:
         """A harness's own word for how the run ended (or one an older version stored)
         loads as `submitted` or `other`; the word is kept as `exit_status` and the document
-        keeps it unchanged (so content ids do not move)."""
+        keeps it unchanged (so content ids do not move). A model error that an older version
+        recorded as a failure loads as not judged (its document keeps `false`)."""
         raw = data.get("termination_reason") if isinstance(data, dict) else None
         if raw is None or raw in TERMINATION_REASONS:
-            return handler(data)
+            return _unjudged_model_error(handler(data))
         outcome = handler({**data, "termination_reason": _reason_for(str(raw))})
         outcome._exit_status = str(raw)
         return outcome
+
+    @property
+    def status(self) -> OutcomeStatus:
+        """What the outcome says about the agent (see `OutcomeStatus`)."""
+        return outcome_status(self.success, self.termination_reason)
+
+    def not_judged_for_model_error(self) -> None:
+        """A run the model or endpoint ended: unless it had solved the task, it is not
+        judged (success and reward unknown; the environment's verdict stays in `details`)."""
+        if self.termination_reason != MODEL_ERROR or self.success is True:
+            return
+        self.details = {**self.details, "env_success": self.success, "env_reward": self.reward}
+        self.success = self.reward = None
 
     @property
     def exit_status(self) -> str | None:
@@ -360,6 +382,26 @@ class Outcome(_Model):
     def _write_reason(self, reason: str | None) -> str | None:
         recorded = self._exit_status
         return recorded if recorded and reason == _reason_for(recorded) else reason
+
+    @field_serializer("success")
+    def _write_success(self, success: bool | None) -> bool | None:
+        return False if success is None and self._recorded_failure else success
+
+
+def outcome_status(success: bool | None, termination_reason: str | None) -> OutcomeStatus:
+    """The status of an outcome from its two fields (stored runs are counted by it too)."""
+    if success:
+        return "success"
+    if termination_reason == MODEL_ERROR:
+        return "model_error"
+    return "unjudged" if success is None else "failure"
+
+
+def _unjudged_model_error(outcome: Outcome) -> Outcome:
+    if outcome.termination_reason == MODEL_ERROR and outcome.success is False:
+        outcome.success = None
+        outcome._recorded_failure = True
+    return outcome
 
 
 def _reason_for(word: str) -> TerminationReason:

@@ -60,7 +60,7 @@ def test_diagnose_lists_and_stores(db: Path) -> None:
     assert code == 0, out
     listed = orjson.loads(out)
     assert len(listed) == 12
-    assert {"trajectory_id", "step", "category", "verified", "method"} <= set(listed[0])
+    assert {"trajectory_id", "decisive_message", "category", "verified", "method"} <= set(listed[0])
     assert all(item["method"] == "heuristic" for item in listed)
     with Store(db) as store:
         stored = store.db.execute(
@@ -69,6 +69,16 @@ def test_diagnose_lists_and_stores(db: Path) -> None:
     assert stored >= 12
     code, out = _invoke("show", listed[0]["trajectory_id"], "--db", str(db))
     assert code == 0 and "diagnosis (heuristic)" in out
+
+
+def test_diagnose_prints_progress_lines(db: Path) -> None:
+    quick = CliRunner(env={"TRAJFORGE_PROGRESS_EVERY": "0"})
+    result = quick.invoke(app, ["diagnose", "--db", str(db), "--env", "who-and-when", "--json"])
+    assert result.exit_code == 0, result.output
+    lines = [line for line in result.stderr.splitlines() if line.startswith("diagnose (")]
+    assert [line.split(",")[0] for line in lines] == [
+        f"diagnose (heuristic): run {n}/12 ({n / 12:.0%})" for n in range(13)
+    ]
 
 
 def test_eval_reports_accuracy_beside_baselines(db: Path) -> None:
@@ -127,7 +137,11 @@ def test_llm_method_over_mock_server(db: Path) -> None:
         )  # fmt: skip
     assert code == 0, out
     (listed,) = orjson.loads(out)
-    assert (listed["step"], listed["category"], listed["method"]) == (0, "wrong_plan", "llm")
+    assert (listed["decisive_message"], listed["category"], listed["method"]) == (
+        0,
+        "wrong_plan",
+        "llm",
+    )
     assert listed["verified"] is False  # no correction proposed: nothing verified
 
 
@@ -141,3 +155,58 @@ def test_limit_counts_failures_not_runs_read(db: Path) -> None:
     assert code == 0, out
     listed = orjson.loads(out)
     assert len(listed) == 2
+
+
+def test_counterfactual_names_both_localizations(db: Path) -> None:
+    """Retail run 74776b59: the agent says 11 T-shirt options at message 6 (the answer is
+    10); the expert could still say 10 until the agent's last message (30). The table and
+    `--json` name the point of no return and the first deviation with its correction, and
+    `show` says which is which."""
+    with Store(db) as store:
+        run = store.get("74776b59")
+    args = ("diagnose", "--db", str(db), "--method", "counterfactual", "--id", run.id)
+    code, out = _invoke(*args, "--json")
+    assert code == 0, out
+    (listed,) = orjson.loads(out)
+    assert (listed["decisive_message"], listed["point_of_no_return"]) == (30, 30)
+    deviation = listed["first_deviation"]
+    assert (deviation["message"], deviation["reason"], deviation["repaired"]) == (
+        6,
+        "wrong_statement",
+        True,
+    )
+    assert "10 available T-shirt options" in deviation["correction"]["message"]
+    assert "10" in listed["correction"]["message"] and listed["verified"] is True
+    code, out = _invoke(*args)
+    assert code == 0 and "no return" in out and "first dev" in out and "correction" in out
+    assert "first deviation at message 6 (wrong_statement" in " ".join(out.split())
+    code, out = _invoke("show", run.id, "--db", str(db))
+    shown = " ".join(out.split())
+    assert "point of no return: message 30" in shown
+    assert "first deviation: message 6 (wrong_statement" in shown
+    assert "correction there: Currently, there are 10 available" in shown
+
+
+def test_trained_diagnoser_categorizes_and_verifies(db: Path, tmp_path: Path) -> None:
+    """`diagnose train` then `diagnose --method trained --model-file`: the ranker names a
+    message only; its diagnoses get the category and correction of that message (from the
+    heuristic reading of the same message, else the oracle on forkable runs), so the
+    corrections on the replayable retail failures are verified by fork. Before, every
+    category was empty and nothing was verified."""
+    copy = tmp_path / "store.db"
+    copy.write_bytes(db.read_bytes())
+    model = tmp_path / "ranker.json"
+    code, out = _invoke("diagnose", "train", "--db", str(copy), "--out", str(model))
+    assert code == 0, out
+    args = ("diagnose", "--db", str(copy), "--method", "trained", "--model-file", str(model))
+    code, out = _invoke(*args, "--env", "tau-retail", "--json")
+    assert code == 0, out
+    listed = orjson.loads(out)
+    assert len(listed) == 27
+    assert all(item["category"] and item["correction"] for item in listed)
+    assert sum(item["verified"] for item in listed) == len(listed)
+    code, out = _invoke(*args, "--env", "who-and-when", "--json")
+    listed = orjson.loads(out)
+    assert code == 0 and any(item["category"] for item in listed)
+    code, out = _invoke(*args, "--env", "tau-retail")
+    assert code == 0 and "27 corrections verified on the first proposal (100.0%)" in out

@@ -75,13 +75,34 @@ def test_omission_at_the_end(retail_runs: list[Trajectory]) -> None:
     """Retail task 2, trial 2: the return is done right, but the user also asked how many
     t-shirt options are available (gold output "10") and the agent said 11 (message 6).
     The expert can still state 10 after every agent message, so V never drops and the
-    error is the omission at the agent's last message (30)."""
+    point of no return is the omission at the agent's last message (30)."""
     traj = next(t for t in retail_runs if t.task.id == "2" and not t.success)
     diagnosis = diagnose_run(traj, CounterfactualLocalizer())
     assert (diagnosis.step, diagnosis.omission) == (30, True)
+    assert diagnosis.point_of_no_return == 30
     assert diagnosis.category == "premature_termination"
     assert diagnosis.correction is not None and "10" in (diagnosis.correction.message or "")
     assert diagnosis.verified
+
+
+def test_first_deviation_is_the_wrong_answer(retail_runs: list[Trajectory]) -> None:
+    """Same run (74776b59). What is there: message 5, the tool, lists 12 T-shirt variants,
+    10 of them available; message 6 says "there are 11 available T-shirt options"; nothing
+    later states 10. The oracle distance stays 2 across message 6 (one gold return and the
+    unsaid answer), so the first deviation is found as a wrong statement: 11 is a whole
+    number like the required 10, and no earlier message shows an 11. With 10 in its place
+    and the run's own later turns replayed, the run succeeds."""
+    traj = next(t for t in retail_runs if t.task.id == "2" and not t.success)
+    assert traj.id.startswith("74776b59")
+    assert "11 available T-shirt options" in traj.messages[6].text()
+    diagnosis = CounterfactualLocalizer().localize(traj)
+    assert diagnosis is not None and diagnosis.first_deviation is not None
+    deviation = diagnosis.first_deviation
+    assert deviation.message_index <= 6 < (diagnosis.point_of_no_return or 0)
+    assert (deviation.message_index, deviation.reason) == (6, "wrong_statement")
+    assert deviation.correction is not None
+    assert "there are 10 available T-shirt options" in (deviation.correction.message or "")
+    assert deviation.repaired is True and "success" in deviation.repair_detail
 
 
 def test_run_without_environment_is_refused(who_and_when_runs: list[Trajectory]) -> None:
@@ -138,3 +159,23 @@ def test_step_budget_decides_in_a_recoverable_environment() -> None:
     values = diagnosis.details["V"]
     assert values[str(diagnosis.step)] is False
     assert all(v for k, v in values.items() if int(k) < diagnosis.step)
+    deviation = diagnosis.first_deviation  # the first detour: the oracle distance rises
+    assert deviation is not None and deviation.reason == "distance_increased"
+    assert deviation.message_index == labelled[0] < diagnosis.step
+
+
+def test_numbers_a_message_states() -> None:
+    """List markers, ids inside words and thousands separators are read as a user would."""
+    from trajforge.diagnose.deviation import numbers_in
+
+    text = "1. **Vacuum** - $561.05\n2. order #W2378156: total $1,095.55, 5-7 days"
+    assert numbers_in(text) == ["561.05", "1095.55", "5", "7"]
+
+
+def test_a_wrong_number_is_replaced_as_written() -> None:
+    from trajforge.diagnose.deviation import corrected_statement
+    from trajforge.schema import Message
+
+    said = Message(role="assistant", content="1. Total New Price: $1,625 (was $189).")
+    fixed = corrected_statement(said, "1625", "1786")
+    assert fixed.message == "1. Total New Price: $1786 (was $189)."

@@ -87,7 +87,7 @@ def test_unreachable_endpoint_is_recorded_as_a_failed_call(airline_runs: list[Tr
     judge = LLMJudge(OpenAICompatibleModel(config))
     diagnosis = judge.localize(pick(airline_runs, "0"))
     assert diagnosis is not None and diagnosis.step is None
-    assert "model call failed" in diagnosis.details["failed_call"]
+    assert f"model call to {base_url}/chat/completions failed" in diagnosis.details["failed_call"]
     assert "no diagnosis" in diagnosis.explanation
 
 

@@ -188,13 +188,17 @@ def test_intervene_and_replay_and_export_on_real_tau2_failures(
 def test_recover_command(shared_data: Path, tmp_path: Path) -> None:
     db = tmp_path / "t.db"
     runs = shared_data / "tau2-bench/toolorchestra_gpt-5/toolorchestra_airline_gpt-5_1trial.json"
-    runner = CliRunner()
-    assert runner.invoke(app, ["import", str(runs), "--db", str(db)]).exit_code == 0
+    runner = CliRunner(env={"TRAJFORGE_PROGRESS_EVERY": "0"})
+    imported = runner.invoke(app, ["import", str(runs), "--db", str(db)])
+    assert imported.exit_code == 0 and "import: file 1/1 (100%)" in imported.stderr
     out = tmp_path / "out"
     args = ["recover", "--db", str(db), "--teacher", "expert", "--limit", "4", "--json"]
     result = runner.invoke(app, [*args, "--out", str(out)])
     assert result.exit_code == 0, result.output
-    assert '"failures": ' in result.output and list(out.glob("recovered.*.jsonl"))
+    assert '"failures": ' in result.stdout and list(out.glob("recovered.*.jsonl"))
+    lines = [line for line in result.stderr.splitlines() if line.startswith("recover: run ")]
+    assert lines[0].startswith("recover: run 0/4 (0%)") and "ETA" in lines[1]
+    assert lines[-1].startswith("recover: run 4/4 (100%)")
     bad = runner.invoke(app, ["recover", "--db", str(db), "--source", "magic"])
     assert bad.exit_code == 1 and "--source must be one of" in bad.output
 
@@ -257,7 +261,7 @@ def test_a_failed_guidance_call_is_retried_then_recorded_and_the_search_goes_on(
         assert len(server.requests) == 5
     (result,) = report.results
     (failure,) = result.failed_calls
-    assert failure.startswith("guidance writer: model call failed")
+    assert failure.startswith("guidance writer: model call to http://127.0.0.1:")
     assert "context too long" in failure and "(after 3 attempts)" in failure
     assert report.failed_calls == 1
     assert result.recovered and result.source == "llm"

@@ -83,3 +83,35 @@ def test_scrub_request_redacts_secret_fields_at_any_depth(name: str) -> None:
     scrubbed = scrub_request(body)
     assert "s3cret" not in str(scrubbed)
     assert scrubbed["tools"] == body["tools"]  # a schema, not a credential
+
+
+def test_secret_shaped_values_and_names_never_reach_the_store(tmp_path: Path) -> None:
+    """Through a real proxy: secret-named fields and secrets inside ordinary strings."""
+    from .test_secret_values import JWT, OPENSSH_KEY, SK_KEY
+
+    db = tmp_path / "p.db"
+    extra = {
+        "api_tokens": ["tok-one-1111"],
+        "access_token_value": "tok-two-2222",
+        "pwd": "hunter2-3333",
+        "private_key_pem": OPENSSH_KEY,
+        "metadata": {
+            "signature": "sig-4444",
+            "dsn": "postgres://u:PASS5555@h/db",
+            "note": f"jwt {JWT} and key {SK_KEY}-tail",
+        },
+    }
+    with (
+        MockOpenAIServer() as upstream,
+        ProxyServer(ProxyConfig(upstream=upstream.base_url), db) as proxy,
+    ):
+        client = openai.OpenAI(base_url=proxy.session_url("s"), api_key="k")
+        client.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "hi"}], extra_body=extra
+        )
+    stored = _store_bytes(db)
+    assert b"postgres://u:" in stored and b"@h/db" in stored  # the text around is kept
+    for secret in ("tok-one-1111", "tok-two-2222", "hunter2-3333", "sig-4444", "PASS5555"):
+        assert secret.encode() not in stored
+    for secret in (JWT, SK_KEY, "b3BlbnNzaC1rZXkt"):
+        assert secret.encode() not in stored

@@ -20,19 +20,19 @@ from trajforge.rollout.episode import run_episode, start_trajectory
 REFUSED = {"status": 400, "error": "bad request"}
 
 
-def _rollout(db: Path, url: str) -> dict:
+def _rollout(db: Path, url: str, exit_code: int = 0) -> dict:
     args = ["rollout", "--env", "household", "--tasks", "1", "--policy", "llm", "--base-url", url]
     args += ["--llm-model", "m", "--max-steps", "2", "--db", str(db), "--json"]
     result = CliRunner().invoke(app, args)
-    assert result.exit_code == 0, result.output
-    return json.loads(result.output)
+    assert result.exit_code == exit_code, result.output
+    return json.loads(result.stdout)
 
 
 def test_an_agent_call_failing_every_attempt_ends_the_episode_and_is_counted(
     tmp_path: Path,
 ) -> None:
     with MockOpenAIServer([REFUSED] * 3) as server:
-        summary = _rollout(tmp_path / "r.db", server.base_url)
+        summary = _rollout(tmp_path / "r.db", server.base_url, exit_code=1)
         assert len(server.requests) == 3
     assert summary["model_failures"] == 1 and summary["errors"] == 0
     assert summary["termination"] == {"model_error": 1}
@@ -56,4 +56,7 @@ def test_a_user_model_failing_every_attempt_ends_the_episode_with_its_reason() -
         traj = run_episode(env, agent, task, user=user, trajectory=traj)
     assert traj.outcome.termination_reason == "model_error"
     failure = traj.metadata["model_failure"]
-    assert failure.startswith("user model: model call failed") and "after 3 attempts" in failure
+    assert failure.startswith(
+        f"user model: model call to {server.base_url}/chat/completions failed"
+    )
+    assert "after 3 attempts" in failure

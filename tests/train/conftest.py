@@ -12,7 +12,7 @@ from trajforge.agents.household_teacher import ObservableTeacher
 from trajforge.envs.household import HouseholdEnv, task_for
 from trajforge.generate.recovery import household_rows
 from trajforge.rollout.episode import run_episode
-from trajforge.train.data import sequences
+from trajforge.train.rows import sequences
 from trajforge.train.sft import SFTConfig, train_sft
 
 TRAIN_SEEDS = range(40)

@@ -12,13 +12,13 @@ from trajforge.errors import UserError
 from trajforge.generate.recovery import first_labelled_error, household_rows, recover
 from trajforge.rollout.episode import Limits, run_episode
 from trajforge.serve.codec import CompactCodec
-from trajforge.train.data import sequences
 from trajforge.train.evaluate import (
     HELD_OUT_START,
     check_held_out,
     check_training_tasks,
     held_out_tasks,
 )
+from trajforge.train.rows import sequences
 
 
 def test_observable_teacher_solves_worlds_without_looking_at_the_environment() -> None:

@@ -16,7 +16,7 @@ from trajforge.envs.household.tools import TOOL_NAMES, TOOLS
 from trajforge.models.serve import BackgroundServer
 from trajforge.proxy import ProxyConfig, ProxyServer
 from trajforge.proxy.session import trajectory_id
-from trajforge.serve.app import StudentApp
+from trajforge.serve.app import ServeConfig, StudentApp
 from trajforge.serve.student import Student
 from trajforge.store import Store
 
@@ -48,7 +48,7 @@ def test_batched_generation_equals_one_at_a_time(student_dir: Path) -> None:
 def test_served_student_answers_tool_calls_with_tokens_through_the_proxy(
     student_dir: Path, tmp_path: Path
 ) -> None:
-    served = StudentApp(Student(student_dir), max_wait_ms=20)
+    served = StudentApp(Student(student_dir), ServeConfig(max_wait_ms=20))
     db = tmp_path / "proxy.db"
     server = BackgroundServer(served.app).start()
     try:

@@ -6,12 +6,14 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import openai
 import pytest
 import uvicorn
+from fastapi import FastAPI
 
 from trajforge.importers import import_paths
 from trajforge.models.mock_server import MockOpenAIServer
@@ -83,11 +85,10 @@ class _Server(uvicorn.Server):
         pass
 
 
-@pytest.fixture(scope="session")
-def ui_url(ui_store: UiStore) -> Iterator[str]:
-    """A real UI server on a loopback port, in a thread, over the test store."""
+@contextmanager
+def serve_app(app: FastAPI) -> Iterator[str]:
+    """A real server for `app` on a loopback port, in a thread; yields its base URL."""
     port = free_port()
-    app = create_app(UiConfig(db=ui_store.db))
     server = _Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
@@ -96,6 +97,15 @@ def ui_url(ui_store: UiStore) -> Iterator[str]:
         if time.monotonic() > deadline:
             raise AssertionError("UI server did not start")
         time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(timeout=10)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+
+
+@pytest.fixture(scope="session")
+def ui_url(ui_store: UiStore) -> Iterator[str]:
+    """A real UI server on a loopback port, in a thread, over the test store."""
+    with serve_app(create_app(UiConfig(db=ui_store.db))) as base:
+        yield base

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import json
 import subprocess
 import sys
@@ -124,10 +125,12 @@ def test_pages_render_for_real_runs(client: TestClient, ui_store: UiStore) -> No
 def test_fork_from_the_ui_stores_and_opens_the_child(client: TestClient, ui_store: UiStore) -> None:
     form = client.get(f"/runs/{ui_store.fork_parent}/fork", params={"at": 5}).text
     assert f"trajforge fork {ui_store.fork_parent} --at 5 --policy expert" in form
+    token = form.split('name="form_token" value="')[1].split('"')[0]
     response = client.post(
-        f"/runs/{ui_store.fork_parent}/fork", data={"at": "5", "policy": "expert"},
+        f"/runs/{ui_store.fork_parent}/fork",
+        data={"at": "5", "policy": "expert", "form_token": token},
         follow_redirects=False,
-    )  # fmt: skip
+    )
     assert response.status_code == 303
     child_id = response.headers["location"].rsplit("/", 1)[-1]
     doc = client.get(f"/api/runs/{child_id}").json()
@@ -265,3 +268,31 @@ def test_stop_point_is_where_the_stop_rule_fires(monitored: TestClient, ui_store
             assert f'data-stop-message="{curve[stop - 1][0]}"' in fragment
             assert f"stops at step {stop} " in fragment
     assert stopped >= 1
+
+
+def test_stop_note_is_markup_and_the_model_name_stays_text(
+    ui_store: UiStore, tmp_path: Path
+) -> None:
+    """The fragment's caption names the model file as text (escaped), and the stop note
+    app.js puts on the stop message is markup, not text shown to the reader."""
+    from trajforge.monitor import RuleDetector, featurize_runs, save_detector
+    from trajforge.store import TrajectoryFilter
+
+    with Store(ui_store.db) as store:
+        trajs = list(store.query(TrajectoryFilter(environment="tau-airline")))
+    detector = RuleDetector()
+    detector.fit(featurize_runs(trajs))
+    model = tmp_path / "rule<i>.model"
+    save_detector(detector, model)
+    monitored = TestClient(create_app(UiConfig(db=ui_store.db, monitor=model)))
+    for traj in trajs[:60]:
+        fragment = monitored.get(f"/runs/{traj.id}/risk").text
+        if "data-stop-message" in fragment:
+            break
+    else:
+        raise AssertionError("no run of the sample stops")
+    caption = fragment.split('<p class="dim">')[1].split("</p>")[0]
+    assert "model file rule&lt;i&gt;.model" in caption
+    assert "note stop" not in caption
+    note = fragment.split('data-note="')[1].split('"')[0]
+    assert html.unescape(note).startswith('<div class="note stop">monitor would stop here')

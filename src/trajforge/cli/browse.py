@@ -11,7 +11,7 @@ from rich.table import Table
 
 from trajforge.cli.common import DbOption, JsonOption, console, open_store, print_json
 from trajforge.cli.options import RunFilter, option_sets
-from trajforge.cli.render import render_diagnoses, render_trajectory
+from trajforge.cli.render import render_diagnoses, render_metadata_changes, render_trajectory
 from trajforge.store import TrajectoryRow
 
 
@@ -37,7 +37,8 @@ def ls_command(
 RICH_TABLE_ROWS = 200
 """Longer listings print plain aligned rows: rich's table layout grows slow with many rows."""
 _COLUMNS = ("id", "source", "model", "env", "task", "outcome", "steps", "tokens")
-_OUTCOMES = {True: "success", False: "failure", None: "?"}
+_OUTCOMES = {"success": "success", "failure": "failure", "model_error": "model error",
+             "unjudged": "?"}  # fmt: skip
 
 
 def _row_cells(row: TrajectoryRow) -> tuple[str, ...]:
@@ -47,7 +48,7 @@ def _row_cells(row: TrajectoryRow) -> tuple[str, ...]:
         row.model or "",
         row.environment or "",
         row.task_id or "",
-        _OUTCOMES[row.success],
+        _OUTCOMES[row.status],
         str(row.n_steps),
         "" if row.total_tokens is None else str(row.total_tokens),
     )
@@ -72,6 +73,7 @@ def _row_json(row: TrajectoryRow) -> dict:
         "environment": row.environment,
         "task_id": row.task_id,
         "success": row.success,
+        "status": row.status,
         "reward": row.reward,
         "run": row.run,
         "messages": row.n_messages,
@@ -86,10 +88,10 @@ def _rows_table(rows: list[TrajectoryRow]) -> Table:
     table = Table(title=f"{len(rows)} trajectories")
     for column in _COLUMNS:
         table.add_column(column)
-    styles = {True: "[green]", False: "[red]", None: ""}
+    styles = {"success": "[green]", "failure": "[red]", "model_error": "[yellow]", "unjudged": ""}
     for row in rows:
         cells = list(_row_cells(row))
-        cells[5] = styles[row.success] + cells[5]
+        cells[5] = styles[row.status] + cells[5]
         table.add_row(*cells)
     return table
 
@@ -105,15 +107,18 @@ def show_command(
 ) -> None:
     """Show one trajectory: messages, tool calls, labels, faults and outcome."""
     from trajforge.diagnose.storage import load_diagnoses  # `ls` does not need it
+    from trajforge.store.metadata import metadata_history
 
     with open_store(db) as store:
         traj = store.get(traj_id)
         diagnoses = load_diagnoses(store, [traj.id])
+        changes = metadata_history(store, traj.id)
     if json_out:
         print_json(traj.model_dump(mode="json"))
         return
     render_trajectory(console, traj, full=full)
     render_diagnoses(console, diagnoses)
+    render_metadata_changes(console, changes)
     if risk is not None:
         from trajforge.cli.monitor import render_risk  # scikit-learn loads only when asked
 

@@ -15,11 +15,11 @@ from trajforge.cli.common import (
     guarded,
     open_store,
     print_json,
-    progress_bar,
 )
 from trajforge.cli.options import Endpoint, Offer, RunFilter, RunFilterNoOutcome, option_sets
 from trajforge.diagnose.model import Diagnosis
 from trajforge.errors import UserError
+from trajforge.progress import ProgressLines
 
 MethodOption = Annotated[
     str,
@@ -126,19 +126,18 @@ def _run(db, flt, make_localizer, json_out) -> None:
 
     localizer = make_localizer()
     method = localizer.name
-    with open_store(db) as store, progress_bar(json_out) as progress:
-        bar = progress.add_task(f"diagnosing ({method})", total=None)
+    lines = ProgressLines(f"diagnose ({method})", None, "run")
+    with open_store(db) as store:
         diagnoses = diagnose_store(
-            store,
-            flt,
-            localizer,
-            on_run=lambda _: progress.advance(bar),
-            on_selected=lambda count: progress.update(bar, total=count),
-        )
+            store, flt, localizer, on_run=lambda _: lines.advance(),
+            on_selected=lambda count: _expect(lines, count),
+        )  # fmt: skip
+    lines.finish()
     if json_out:
         print_json([d.summary() for d in diagnoses])
         return
     console.print(diagnoses_table(diagnoses))
+    _print_deviations(diagnoses)
     verified = sum(d.verified for d in diagnoses)
     console.print(
         f"{len(diagnoses)} failed runs diagnosed; {verified} corrections verified on the first "
@@ -159,26 +158,67 @@ def _print_failed_calls(diagnoses: list[Diagnosis]) -> None:
         console.print(f"  {d.trajectory_id}: {d.details['failed_call']}", markup=False)
 
 
+TABLE_CAPTION = (
+    "decisive msg: message index of the decisive error (N+ = an omission: the run ended at "
+    "message N without the action it needed; - = none found). no return (counterfactual): "
+    "the last message from which the expert still succeeds. first dev: the first message "
+    "where the expert would have acted otherwise and it matters (*: the correction there "
+    "alone repairs the run). verified: the correction, sent at the decisive message and "
+    "continued by the expert (fork) or checked against the record (evidence), passes; it "
+    "does not say the message is the first mistake."
+)
+
+
 def diagnoses_table(diagnoses: list[Diagnosis]) -> Table:
-    table = Table(
-        title=f"{len(diagnoses)} diagnoses",
-        caption="step: the decisive assistant step; N+ = an omission (the run ended at step N "
-        "without the action it needed); - = none found",
-    )
-    for column in ("trajectory", "step", "agent", "category", "verified", "by", "method"):
-        table.add_column(column)
+    table = Table(title=f"{len(diagnoses)} diagnoses", caption=TABLE_CAPTION)
+    columns = ("trajectory", "decisive msg", "no return", "first dev", "agent", "category")
+    for column in (*columns, "correction", "verified", "by", "method"):
+        table.add_column(column, overflow="fold" if column == "correction" else "ellipsis")
     for d in diagnoses:
-        verdict = "[green]yes" if d.verified else "[red]no"
         table.add_row(
             d.trajectory_id,
             "-" if d.step is None else str(d.step) + ("+" if d.omission else ""),
+            "" if d.point_of_no_return is None else str(d.point_of_no_return),
+            _deviation_cell(d),
             d.agent or "",
             d.category or "",
-            verdict,
+            _shorten(d.correction.text()) if d.correction else "",
+            "[green]yes" if d.verified else "[red]no",
             d.verification.method if d.verification else "",
-            d.method,
+            d.method + (" (abstained: prior)" if d.abstained else ""),
         )
     return table
+
+
+def _deviation_cell(d: Diagnosis) -> str:
+    found = d.first_deviation
+    if found is None:
+        return ""
+    return f"{found.message_index}{'*' if found.repaired else ''} {found.reason}"
+
+
+def _shorten(text: str, limit: int = 60) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _print_deviations(diagnoses: list[Diagnosis]) -> None:
+    """The first deviations before the point of no return, with their corrections."""
+    earlier = [
+        d
+        for d in diagnoses
+        if d.first_deviation and d.step is not None and d.first_deviation.message_index < d.step
+    ]
+    for d in earlier:
+        found = d.first_deviation
+        assert found is not None
+        fix = found.correction.text() if found.correction else "-"
+        repaired = {True: "repairs the run", False: "does not repair it alone", None: "not tried"}
+        console.print(
+            f"{d.trajectory_id}: first deviation at message {found.message_index} "
+            f"({found.reason}: {found.detail}); correction: {_shorten(fix, 120)} "
+            f"[{repaired[found.repaired]}]",
+            markup=False,
+        )
 
 
 SplitOption = Annotated[
@@ -247,15 +287,22 @@ def _holdout_config(split, folds, seed, bootstrap, never_tune):
     return HoldoutConfig(split=split, folds=folds, seed=seed, bootstrap=bootstrap, never_tune=never)
 
 
+def _expect(lines: ProgressLines, count: int) -> None:
+    lines.total = count
+    lines.update(lines.done)
+
+
 def _eval(db, flt, make_localizer, make_config, fresh, json_out) -> None:
     from trajforge.diagnose.holdout import evaluate_store
 
     localizer, config = make_localizer(), make_config()
-    with open_store(db) as store, progress_bar(json_out) as progress:
-        bar = progress.add_task(f"diagnosing ({localizer.name})", total=None)
+    lines = ProgressLines(f"diagnose eval ({localizer.name})", None, "run")
+    lines.update(0)
+    with open_store(db) as store:
         report = evaluate_store(
-            store, flt, localizer, config, fresh, on_run=lambda _: progress.advance(bar)
+            store, flt, localizer, config, fresh, on_run=lambda _: lines.advance()
         )
+    lines.finish()
     if json_out:
         print_json(report)
         return

@@ -14,6 +14,8 @@ from trajforge.cli.common import DbOption, JsonOption, console, open_store, prin
 from trajforge.cli.options import Endpoint, RunFilter, UserOption, option_sets
 from trajforge.envs.replay import ReplaySummary, replay_many, state_at
 from trajforge.errors import UserError
+from trajforge.models.retry import model_failure, require_an_answer
+from trajforge.progress import ProgressLines
 from trajforge.rollout.episode import Limits
 from trajforge.rollout.factory import AgentSpec, ForkPoint, UserKind, build
 from trajforge.rollout.fork import ForkOptions, check_fork_index, fork, fork_summary
@@ -65,8 +67,11 @@ def replay_command(
     if at is not None:
         _show_state(ids or [], at, db, json_out)
         return
+    flt = runs.selection(ids)
     with open_store(db) as store:
-        summary = replay_many(store.query(runs.selection(ids)), explicit=bool(ids))
+        lines = ProgressLines("replay", store.count(flt), "run")
+        summary = replay_many(lines.each(store.query(flt)), explicit=bool(ids))
+    lines.finish()
     if json_out:
         print_json(summary.model_dump(mode="json"))
         return
@@ -153,13 +158,14 @@ def fork_command(
     summary = fork_summary(child)
     if json_out:
         print_json(summary)
-        return
-    console.print(
-        f"forked {summary['parent'][:12]} at {at} with {policy}: child {child.id} "
-        f"({summary['n_messages']} messages, success={summary['success']}, "
-        f"{summary['termination_reason']})",
-        markup=False,
-    )
+    else:
+        ended = {summary["status"], summary["termination_reason"] or "?"}
+        console.print(
+            f"forked {summary['parent'][:12]} at {at} with {policy}: child {child.id} "
+            f"({summary['n_messages']} messages, {', '.join(sorted(ended))})",
+            markup=False,
+        )
+    require_an_answer([model_failure(child)], what="fork")
 
 
 @option_sets
@@ -186,7 +192,11 @@ def handoff_command(
     specs = {name: agents.spec(name, endpoint) for name in [*reacher, *solver]}
     config = HandoffConfig(k=k, at=at, limits=agents.limits())
     runs: list[Trajectory] | None = [] if save else None
-    matrix = run_matrix(env, reacher, solver, specs, config, tasks, collect=runs, seed=agents.seed)
+    lines = ProgressLines(f"handoff {env}", None, "handoff")
+    matrix = run_matrix(
+        env, reacher, solver, specs, config, tasks, collect=runs, seed=agents.seed, progress=lines
+    )
+    lines.finish()
     if runs:
         with open_store(db, must_exist=False) as store, store.transaction():
             store.add_many(runs)

@@ -16,10 +16,10 @@ from trajforge.cli.common import (
     err_console,
     open_store,
     print_json,
-    progress_bar,
 )
 from trajforge.importers.pipeline import ImportReport, SourceOverrides, import_jobs, plan
 from trajforge.importers.registry import DETECTION_ORDER
+from trajforge.progress import ProgressLines
 
 
 def import_command(
@@ -54,13 +54,15 @@ def import_command(
     """
     jobs, report = plan(paths, fmt)
     overrides = SourceOverrides(model=model, run=run)
-    with open_store(db, must_exist=False) as store, progress_bar(json_out) as progress:
-        task = progress.add_task("importing", total=len(jobs))
-        import_jobs(store, jobs, report, lambda _: progress.advance(task), overrides, workers)
+    lines = ProgressLines("import", len(jobs), "file")
+    lines.update(0)
+    with open_store(db, must_exist=False) as store:
+        import_jobs(store, jobs, report, lambda _: lines.advance(), overrides, workers)
+    lines.finish()
     if json_out:
         print_json(_summary(report))
     else:
-        print_import_report(report)
+        print_import_report(report, overrides)
     if report.failed:
         raise typer.Exit(1)
 
@@ -71,6 +73,8 @@ def _summary(report: ImportReport) -> dict:
         "duplicates": report.duplicates,
         "files": len(report.files),
         "by_format": dict(Counter(f.format for f in report.files if not f.error)),
+        "metadata_filled": report.filled,
+        "metadata_kept": report.kept,
         "failed": [{"path": f.path, "error": f.error} for f in report.failed],
         "not_trajectories": report.not_trajectories,
         "special_files": report.special_files,
@@ -95,7 +99,9 @@ def _files_text(report: ImportReport) -> str:
     return f"{count} {noun} ({', '.join(parts)})" if parts else f"{count} {noun}"
 
 
-def print_import_report(report: ImportReport, out: Console = console) -> None:
+def print_import_report(
+    report: ImportReport, overrides: SourceOverrides | None = None, out: Console = console
+) -> None:
     """The import summary: counts, skipped files grouped by folder, one line per failure."""
     out.print(
         f"imported [bold green]{report.added}[/] trajectories from {_files_text(report)}; "
@@ -119,5 +125,39 @@ def print_import_report(report: ImportReport, out: Console = console) -> None:
         )
         for path in report.special_files:
             out.print(f"  {path}", markup=False, highlight=False, soft_wrap=True)
+    if overrides is not None:
+        _print_metadata(report, overrides, out)
     for failed in report.failed:
         err_console.print(f"error: {failed.error}", markup=False, highlight=False, soft_wrap=True)
+
+
+SHOWN_IDS = 3
+
+
+def _names(fields: list[str]) -> str:
+    return " and ".join("run name" if f == "run" else f for f in fields)
+
+
+def _print_metadata(report: ImportReport, overrides: SourceOverrides, out: Console) -> None:
+    """What --model / --run did to runs already stored: filled in, or kept theirs."""
+    if report.filled:
+        out.print(
+            f"set {overrides.flags(only=report.filled_fields)} on {report.filled} runs already "
+            f"stored with no {_names(report.filled_fields)} (logged; `trajforge show ID` "
+            "lists the change)",
+            soft_wrap=True,
+        )
+    kept = report.kept
+    if not kept:
+        return
+    fields = _names(report.kept_fields)
+    flags = overrides.flags(only=report.kept_fields)
+    ids = " ".join(kept[:SHOWN_IDS]) + (" ..." if len(kept) > SHOWN_IDS else "")
+    err_console.print(
+        f"warning: {len(kept)} runs were already stored with another {fields}, which they "
+        f"keep ({flags} not applied); to change them: trajforge set {flags} {ids} "
+        "(--json lists every id under metadata_kept)",
+        markup=False,
+        highlight=False,
+        soft_wrap=True,
+    )

@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import orjson
 import typer
-from rich import progress as rich_progress
 from rich.table import Table
 
 from trajforge.cli.common import (
     DbOption,
     JsonOption,
+    config_from_options,
     console,
     err_console,
     guarded,
@@ -21,6 +21,11 @@ from trajforge.cli.common import (
 )
 from trajforge.cli.options import Endpoint, Offer, RunFilter, option_sets
 from trajforge.errors import UserError
+from trajforge.progress import ProgressLines
+from trajforge.serve.request import MAX_BODY_BYTES
+
+if TYPE_CHECKING:
+    from trajforge.train.sft import StepDone
 
 train_app = typer.Typer(help="Train a student on trajforge data.", no_args_is_help=True)
 
@@ -31,12 +36,11 @@ DataOption = Annotated[
 
 
 def stored_rows(db: Path | None, runs: RunFilter) -> list[dict[str, Any]]:
-    """Training rows of stored runs; a labelled mistake is never a target."""
-    from trajforge.generate.recovery import household_rows
+    """Training rows of the stored runs the filter selects."""
+    from trajforge.train.rows import run_rows
 
     with open_store(db) as store:
-        trajs = list(store.query(runs.selection()))
-    return [row for t in trajs for row in household_rows(t, writer="store")]
+        return run_rows(store.query(runs.selection()))
 
 
 def sft_command(
@@ -57,42 +61,34 @@ def sft_command(
     resume: Annotated[bool, typer.Option("--resume", help="Continue from --out.")] = False,
 ) -> None:
     """Supervised fine-tuning; loss only on assistant turns meant to be learned."""
-    from trajforge.train.data import read_rows, sequences
     from trajforge.train.evaluate import check_training_tasks
-    from trajforge.train.sft import SFTConfig, train_sft
+    from trajforge.train.rows import read_rows, sequences
+    from trajforge.train.sft import SFTConfig, check_out, train_sft
 
+    config = config_from_options(
+        SFTConfig, {"model": "--base"}, model=base, steps=steps, batch_size=batch_size, lr=lr,
+        seed=seed, save_every=save_every, hidden=hidden, layers=layers,
+    )  # fmt: skip
+    check_out(out)
     rows = [r for path in data for r in read_rows(path)] if data else stored_rows(db, runs)
     tasks = sorted({str(r["task_id"]) for r in rows if r.get("task_id")})
     check_training_tasks(tasks)
-    config = SFTConfig(
-        model=base,
-        steps=steps,
-        batch_size=batch_size,
-        lr=lr,
-        seed=seed,
-        save_every=save_every,
-        hidden=hidden,
-        layers=layers,
+    lines = ProgressLines("train sft", steps, "step")
+    train_sft(
+        sequences(rows),
+        out,
+        config,
+        resume=resume,
+        manifest={"name": out.name, "train_tasks": tasks},
+        progress=lambda done: _step_line(lines, done),
     )
-    bar = rich_progress.Progress(
-        rich_progress.TextColumn("[bold]train"),
-        rich_progress.BarColumn(),
-        rich_progress.MofNCompleteColumn(),
-        rich_progress.TextColumn("loss {task.fields[loss]}"),
-        rich_progress.TimeElapsedColumn(),
-        console=err_console,
-    )
-    with bar:
-        task = bar.add_task("train", total=steps, loss="-")
-        train_sft(
-            sequences(rows),
-            out,
-            config,
-            resume=resume,
-            manifest={"name": out.name, "train_tasks": tasks},
-            progress=lambda step, total, loss: bar.update(task, completed=step, loss=f"{loss:.4f}"),
-        )
+    lines.finish()
     err_console.print(f"wrote checkpoint {out} ({len(rows)} rows, {steps} steps)", highlight=False)
+
+
+def _step_line(lines: ProgressLines, done: StepDone) -> None:
+    lines.count("tok", done.tokens)
+    lines.update(done.step, loss=f"{done.loss:.4f}")
 
 
 train_app.command("sft")(guarded(option_sets(sft_command)))
@@ -104,16 +100,35 @@ def serve_command(
     host: Annotated[
         str, typer.Option("--host", help="Interface (loopback default).")
     ] = "127.0.0.1",
-    max_batch: Annotated[int, typer.Option("--max-batch", help="Requests per batch.")] = 64,
-    max_wait_ms: Annotated[float, typer.Option("--max-wait-ms", help="Batching wait.")] = 5.0,
+    max_batch: Annotated[int, typer.Option("--max-batch", min=1, help="Requests per batch.")] = 64,
+    max_wait_ms: Annotated[
+        float, typer.Option("--max-wait-ms", min=0, help="Batching wait.")
+    ] = 5.0,
+    max_body_mb: Annotated[
+        float, typer.Option("--max-body-mb", min=0.01, help="Larger request bodies get a 413.")
+    ] = MAX_BODY_BYTES / 2**20,
+    reload_token: Annotated[
+        str | None,
+        typer.Option(
+            "--reload-token",
+            envvar="TRAJFORGE_RELOAD_TOKEN",
+            help="Token that opens POST /admin/reload (better from $TRAJFORGE_RELOAD_TOKEN); "
+            "without one, reloads are refused.",
+        ),
+    ] = None,
 ) -> None:
     """Serve a checkpoint as an OpenAI-compatible chat model (tool calls, token ids, logprobs)."""
     import uvicorn
 
-    from trajforge.serve.app import StudentApp
+    from trajforge.serve.app import ServeConfig, StudentApp
+    from trajforge.serve.reload import add_reload_route
     from trajforge.serve.student import Student
 
-    app = StudentApp(Student(checkpoint), max_batch=max_batch, max_wait_ms=max_wait_ms)
+    config = ServeConfig(
+        max_batch=max_batch, max_wait_ms=max_wait_ms, max_body_bytes=int(max_body_mb * 2**20)
+    )
+    app = StudentApp(Student(checkpoint), config)
+    add_reload_route(app, reload_token or None)
     err_console.print(
         f"student {checkpoint} on http://{host}:{port}/v1 (Ctrl-C stops)", highlight=False
     )
@@ -160,8 +175,9 @@ def eval_command(
         max_steps=max_steps,
     )
     avoid = _trained_on(trained_on)
+    lines = ProgressLines(f"eval {checkpoint or policy}", None, "episode")
     if checkpoint is not None:
-        report = evaluate_checkpoint(checkpoint, config, avoid)
+        report = evaluate_checkpoint(checkpoint, config, avoid, lines)
     elif policy is not None:
         options = {
             "base_url": endpoint.base_url,
@@ -169,7 +185,8 @@ def eval_command(
             "api_key": endpoint.api_key,
             "temperature": temperature,
         }
-        report = evaluate_policy(policy, options, config, avoid)
+        report = evaluate_policy(policy, options, config, avoid, lines)
+    lines.finish()
     if as_json:
         print_json(report)
         return

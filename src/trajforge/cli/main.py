@@ -18,6 +18,7 @@ COMMANDS = {
     "import": "trajforge.cli.importing:import_command",
     "ls": "trajforge.cli.browse:ls_command",
     "show": "trajforge.cli.browse:show_command",
+    "set": "trajforge.cli.metadata:set_command",
     "stats": "trajforge.cli.report:stats_command",
     "export": "trajforge.cli.report:export_command",
     "schema": "trajforge.cli.report:schema_command",

@@ -40,7 +40,11 @@ ModelOption = Annotated[str | None, typer.Option("--model", help="Only models co
 EnvOption = Annotated[str | None, typer.Option("--env", help="Only this environment.")]
 TaskOption = Annotated[str | None, typer.Option("--task", help="Only this task id.")]
 OutcomeOption = Annotated[
-    str | None, typer.Option("--outcome", help="Only 'success' or 'failure' runs.")
+    str | None,
+    typer.Option(
+        "--outcome",
+        help="Only 'success', 'failure' or 'model_error' runs (a model error is not a failure).",
+    ),
 ]
 LimitOption = Annotated[int | None, typer.Option("--limit", help="At most this many runs.")]
 BaseUrlOption = Annotated[
@@ -74,15 +78,18 @@ class RunFilter:
     ) -> TrajectoryFilter:
         """The store filter of these flags (`outcome` stands in for a command without it)."""
         wanted = outcome or self.outcome
-        if wanted not in (None, "success", "failure"):
-            raise UserError(f"--outcome must be 'success' or 'failure', got '{wanted}'")
+        if wanted not in (None, "success", "failure", "model_error"):
+            raise UserError(
+                f"--outcome must be 'success', 'failure' or 'model_error', got '{wanted}'"
+            )
         return TrajectoryFilter(
             ids=ids or [],
             harness=self.harness,
             model=self.model,
             environment=self.env,
             task_id=self.task,
-            success=None if wanted is None else wanted == "success",
+            success=None if wanted in (None, "model_error") else wanted == "success",
+            model_error=True if wanted == "model_error" else None,
             limit=self.limit,
         )
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
 
 from rich.console import Console, Group
@@ -46,8 +47,13 @@ def _source_line(traj: Trajectory) -> str:
 def _outcome_line(traj: Trajectory) -> str:
     """Verdict, reward, judge and end reason; parts that are unknown are left out."""
     outcome = traj.outcome
-    verdict = {True: "[green]success[/]", False: "[red]failure[/]", None: "outcome unknown"}
-    parts = [verdict[outcome.success]]
+    verdict = {
+        "success": "[green]success[/]",
+        "failure": "[red]failure[/]",
+        "model_error": "[yellow]model error[/] (the model could not be reached: not judged)",
+        "unjudged": "outcome unknown",
+    }
+    parts = [verdict[outcome.status]]
     if outcome.reward is not None:
         parts.append(f"reward {outcome.reward:g}")
     if outcome.judged_by:
@@ -103,21 +109,69 @@ def _shorten(text: str, limit: int, full: bool) -> str:
     return f"{text[: limit // 2]}\n{hidden}\n{text[-limit // 2 :]}"
 
 
+VERIFIED_MEANS = (
+    "verified = the correction at the decisive message passes (fork: the expert continuing "
+    "after it succeeds; evidence: cited messages and the call's schema check out); it does "
+    "not say this is the run's first mistake"
+)
+
+
 def render_diagnoses(console: Console, diagnoses: list) -> None:
     """Stored AET diagnoses of the run (see `trajforge diagnose`)."""
     for d in diagnoses:
         omission = " (omission)" if d.omission else ""
         parts = [
-            Text(f"step {d.step}{omission} · agent {d.agent} · category {d.category}", "bold"),
+            Text(f"decisive message {d.step}{omission} · agent {d.agent} · category {d.category}"),
             Text(d.explanation),
         ]
+        if d.point_of_no_return is not None:
+            parts.append(
+                Text(
+                    f"point of no return: message {d.point_of_no_return} (the last message from "
+                    "which the expert still succeeds)"
+                )
+            )
+        parts.extend(_deviation_lines(d.first_deviation))
         if d.correction is not None:
-            fix = d.correction.tool_call
-            text = f"{fix.name}({fix.arguments})" if fix else str(d.correction.message)
-            parts.append(Text(f"correction: {text}"))
+            parts.append(Text(f"correction at message {d.step}: {d.correction.text()}"))
         if d.verification is not None:
             verdict = d.verification
             style = "green" if verdict.verified else "red"
             state = "verified" if verdict.verified else "not verified"
             parts.append(Text(f"{state} by {verdict.method}: {verdict.detail}", style))
+            parts.append(Text(VERIFIED_MEANS, "dim"))
         console.print(Panel(Group(*parts), title=f"diagnosis ({d.method})", border_style="red"))
+
+
+def _deviation_lines(found) -> list[Text]:
+    if found is None:
+        return []
+    lines = [
+        Text(
+            f"first deviation: message {found.message_index} ({found.reason}: {found.detail})",
+            "bold",
+        )
+    ]
+    if found.correction is not None:
+        lines.append(Text(f"correction there: {found.correction.text()}"))
+    if found.repaired is not None:
+        lines.append(Text(found.repair_detail, "green" if found.repaired else "yellow"))
+    return lines
+
+
+def render_metadata_changes(console: Console, changes: list) -> None:
+    """The logged metadata changes of the run (see `trajforge set`)."""
+    if not changes:
+        return
+    lines = []
+    for c in changes:
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(c.changed_at))
+        old, new = _field_value(c.field, c.old_value), _field_value(c.field, c.new_value)
+        lines.append(Text(f"{when} UTC {c.changed_by}: {c.field} {old} -> {new} ({c.command})"))
+    console.print(Panel(Group(*lines), title="metadata changes", border_style="blue"))
+
+
+def _field_value(field: str, value: object) -> str:
+    if field == "labels" and isinstance(value, list):
+        return f"{len(value)} labels"
+    return "unknown" if value is None else str(value)

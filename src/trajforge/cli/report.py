@@ -37,9 +37,11 @@ def stats_command(
 def print_stats(report: dict[str, Any], out: Console = console) -> None:
     """Render a stats report as rich tables."""
     rate = report["success_rate"]
+    errors = report["model_errors"]
     out.print(
         f"[bold]{report['total']}[/] trajectories, {report['successes']} successes"
         + (f" ({rate:.1%} of judged)" if rate is not None else "")
+        + (f", {errors} ended by a model error (not judged)" if errors else "")
     )
     for key, title in (
         ("by_source", "source"),
@@ -52,7 +54,7 @@ def print_stats(report: dict[str, Any], out: Console = console) -> None:
 
 def _group_table(groups: list[dict[str, Any]], title: str) -> Table:
     table = Table(title=f"by {title}")
-    for column in (title, "runs", "successes", "success rate"):
+    for column in (title, "runs", "successes", "success rate", "model errors"):
         table.add_column(column, justify="left" if column == title else "right")
     for group in groups:
         rate = group["success_rate"]
@@ -61,6 +63,7 @@ def _group_table(groups: list[dict[str, Any]], title: str) -> Table:
             str(group["total"]),
             str(group["successes"]),
             "-" if rate is None else f"{rate:.1%}",
+            str(group["model_errors"]),
         )
     return table
 

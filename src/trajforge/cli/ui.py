@@ -29,6 +29,14 @@ def ui_command(
         Path | None,
         typer.Option("--monitor", help="Failure-detector model file for risk curves and stops."),
     ] = None,
+    query_seconds: Annotated[
+        float | None,
+        typer.Option(
+            "--query-seconds",
+            min=0.001,
+            help="Time budget of one page's store reads (default 5); a slower search is a 503.",
+        ),
+    ] = None,
 ) -> None:
     """Serve the web UI: runs, search, run view, forks, diffs, tokens, compare, live."""
     import uvicorn
@@ -37,7 +45,8 @@ def ui_command(
 
     path = db or default_db_path()
     open_store(path).close()  # a missing store is one clear error line
-    app = create_app(UiConfig(db=path, token=token, monitor=monitor))
+    budget = {} if query_seconds is None else {"query_seconds": query_seconds}
+    app = create_app(UiConfig(db=path, token=token, monitor=monitor, **budget))
     shown = f"http://{host}:{port}/" + (f"?token={token}" if token else "")
     console.print(
         f"trajforge UI on {shown} (store {path}); Ctrl-C stops it", markup=False, soft_wrap=True

@@ -57,7 +57,7 @@ def import_sample(ctx: DemoContext) -> None:
     from trajforge.importers import import_paths
 
     report = import_paths(ctx.store, [str(ctx.sample_dir)])
-    print_import_report(report, ctx.console)
+    print_import_report(report, out=ctx.console)
     ctx.results["import"] = report
 
 

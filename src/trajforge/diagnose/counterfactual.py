@@ -9,6 +9,9 @@ already false before the agent's first message, the expert cannot solve the task
 start and nothing is blamed on the agent.
 
 The correction is the oracle's `expert_action()` in the state before the decisive message.
+The decisive message is the point of no return: forked there (keeping the messages before
+it) the expert still succeeds, not after it. The first deviation, often earlier, is found
+by `trajforge.diagnose.deviation`.
 """
 
 from __future__ import annotations
@@ -130,11 +133,23 @@ class CounterfactualLocalizer:
         values: dict[int, bool] = {}
         if not expert_succeeds(env, traj, steps[0]):
             return _unsolvable(traj, steps[0])
+        found = None
         for index in steps:
             values[index] = expert_succeeds(env, traj, cut_after(traj, index))
             if not values[index]:
-                return _decisive(env, traj, index, values)
-        return _omission(env, traj, steps[-1], values)
+                found = _decisive(env, traj, index, values)
+                break
+        found = found or _omission(env, traj, steps[-1], values)
+        return with_deviation(env, traj, found)
+
+
+def with_deviation(env: Environment, traj: Trajectory, decisive: Diagnosis) -> Diagnosis:
+    """The diagnosis with its point of no return and first deviation set."""
+    from trajforge.diagnose.deviation import first_deviation
+
+    decisive.point_of_no_return = decisive.step
+    decisive.first_deviation = first_deviation(env, traj, decisive)
+    return decisive
 
 
 def _v_details(values: dict[int, bool]) -> dict[str, Any]:
@@ -156,7 +171,7 @@ def _unsolvable(traj: Trajectory, first: int) -> Diagnosis:
 def _decisive(env: Environment, traj: Trajectory, index: int, values: dict[int, bool]) -> Diagnosis:
     message = traj.messages[index]
     correction = expert_action_before(env, traj, index)
-    category, why, evidence = _explain(traj, index, _as_action(correction))
+    category, why, evidence = explain_step(traj, index, as_action(correction))
     return Diagnosis(
         trajectory_id=traj.id,
         method="counterfactual",
@@ -172,7 +187,7 @@ def _decisive(env: Environment, traj: Trajectory, index: int, values: dict[int, 
     )
 
 
-def _explain(
+def explain_step(
     traj: Trajectory, index: int, intended: dict | None
 ) -> tuple[Category | None, str, list]:
     """Category, explanation and evidence for the decisive message: the gold-action reading
@@ -215,7 +230,7 @@ def _quote(message: Message) -> str:
     return excerpt(message.text(), 40)
 
 
-def _as_action(message: Message | None) -> dict | None:
+def as_action(message: Message | None) -> dict | None:
     if message is None or not message.tool_calls:
         return None
     call = message.tool_calls[0]

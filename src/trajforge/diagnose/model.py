@@ -43,6 +43,19 @@ class Correction(_Model):
     )
     source: str = Field(description="Where it came from: oracle, gold, heuristic, llm.")
 
+    def summary(self) -> dict:
+        """`{tool_call: {name, arguments}}` or `{message}`, with its source."""
+        if self.tool_call is not None:
+            call = {"name": self.tool_call.name, "arguments": self.tool_call.arguments}
+            return {"tool_call": call, "source": self.source}
+        return {"message": self.message, "source": self.source}
+
+    def text(self) -> str:
+        """One line: `name(arguments)` or the message."""
+        if self.tool_call is not None:
+            return f"{self.tool_call.name}({self.tool_call.arguments})"
+        return self.message or ""
+
     def as_message(self) -> Message:
         """The correction as the assistant message that replaces the decisive one."""
         calls = [self.tool_call] if self.tool_call else None
@@ -59,6 +72,42 @@ class Verification(_Model):
     verified: bool = Field(description="The correction passed the check.")
     detail: str = Field(default="", description="Why it passed or failed.")
     fork_id: str | None = Field(default=None, description="The fork trajectory, when one ran.")
+
+
+DeviationReason = Literal["distance_increased", "wrong_statement", "no_return"]
+
+
+class Deviation(_Model):
+    """The first message where the privileged expert would have acted otherwise, in a way
+    that matters (forkable runs; see `trajforge.diagnose.deviation`)."""
+
+    message_index: int = Field(description="Message index of the first deviation.")
+    reason: DeviationReason = Field(
+        description="distance_increased: the oracle distance rose after the message; "
+        "wrong_statement: the message states a value other than an answer the task requires "
+        "(never stated correctly later); no_return: none earlier, so it is the point of no "
+        "return itself."
+    )
+    detail: str = Field(default="", description="What the oracle saw there.")
+    correction: Correction | None = Field(
+        default=None, description="What the expert would have sent instead."
+    )
+    repaired: bool | None = Field(
+        default=None,
+        description="Fork at the message with the correction, the run's own later turns "
+        "replayed: the fork succeeds (the change alone repairs the run). None: not tried.",
+    )
+    repair_detail: str = Field(default="", description="How the repair fork ended.")
+
+    def summary(self) -> dict:
+        """The JSON listing form."""
+        return {
+            "message": self.message_index,
+            "reason": self.reason,
+            "detail": self.detail,
+            "correction": self.correction.summary() if self.correction else None,
+            "repaired": self.repaired,
+        }
 
 
 class Diagnosis(_Model):
@@ -90,6 +139,16 @@ class Diagnosis(_Model):
         description="The method's own answer fell below its confidence threshold; `step` and "
         "`agent` come from the calibrated prior instead.",
     )
+    point_of_no_return: int | None = Field(
+        default=None,
+        description="Counterfactual method: the last message from which the expert still "
+        "succeeds (forked there, keeping the messages before it), not after it; equals `step`.",
+    )
+    first_deviation: Deviation | None = Field(
+        default=None,
+        description="Counterfactual method: the first message where the expert would have "
+        "acted otherwise and the change matters; at or before the point of no return.",
+    )
     details: dict = Field(default_factory=dict, description="Method-specific data (V(t)...).")
     created_at: float = Field(default_factory=time.time, description="Unix time.")
 
@@ -103,15 +162,20 @@ class Diagnosis(_Model):
         return bool(self.verification and self.verification.verified)
 
     def summary(self) -> dict:
-        """The short JSON listing form (CLI `--json`)."""
+        """The short JSON listing form (CLI `--json`); message indices are named `*_message`."""
+        deviation = self.first_deviation
         return {
             "id": self.id,
             "trajectory_id": self.trajectory_id,
-            "step": self.step,
+            "decisive_message": self.step,
+            "point_of_no_return": self.point_of_no_return,
+            "first_deviation": deviation.summary() if deviation else None,
             "agent": self.agent,
             "category": self.category,
+            "correction": self.correction.summary() if self.correction else None,
             "verified": self.verified,
             "verify_method": self.verification.method if self.verification else None,
+            "verification": self.verification.detail if self.verification else None,
             "method": self.method,
             "omission": self.omission,
             "confidence": self.confidence,

@@ -9,11 +9,13 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import get_args
 
+from trajforge.diagnose.explain import complete_at_step
 from trajforge.diagnose.localize import LOCALIZERS, Localizer
 from trajforge.diagnose.model import Diagnosis, Method, Verification, no_decisive_error
 from trajforge.diagnose.storage import save_diagnoses
 from trajforge.diagnose.verify import verify_by_evidence
 from trajforge.errors import UserError
+from trajforge.models.retry import require_an_answer
 from trajforge.schema import Trajectory
 from trajforge.store import Store, TrajectoryFilter
 
@@ -21,8 +23,10 @@ Progress = Callable[[Trajectory], None]
 
 
 def is_failure(traj: Trajectory) -> bool:
-    """A run to diagnose: judged failed, or of unknown outcome but carrying error labels."""
-    return traj.outcome.success is False or (traj.outcome.success is None and bool(traj.labels))
+    """A run to diagnose: judged failed, or not judged but carrying error labels. A run a
+    model error ended is never one (the model could not be reached: the agent did not fail)."""
+    status = traj.outcome.status
+    return status == "failure" or (status == "unjudged" and bool(traj.labels))
 
 
 def select_failures(store: Store, flt: TrajectoryFilter) -> list[Trajectory]:
@@ -31,9 +35,10 @@ def select_failures(store: Store, flt: TrajectoryFilter) -> list[Trajectory]:
     `flt.limit` counts failures, not runs read: `--limit 2` gives two failed runs when the
     filter matches at least two.
     """
-    matched, failures = 0, []
+    matched, model_errors, failures = 0, 0, []
     for traj in store.query(flt.model_copy(update={"limit": None})):
         matched += 1
+        model_errors += traj.outcome.status == "model_error"
         if is_failure(traj):
             failures.append(traj)
             if flt.limit is not None and len(failures) >= flt.limit:
@@ -42,8 +47,14 @@ def select_failures(store: Store, flt: TrajectoryFilter) -> list[Trajectory]:
         raise UserError("no trajectories match the filter; check the options (trajforge ls)")
     if not failures:
         which = "the matching run" if matched == 1 else f"all {matched} matching runs"
-        raise UserError(f"nothing to diagnose: {which} succeeded (diagnose reads failed runs)")
+        why = "succeeded" if not model_errors else _not_failed(matched, model_errors)
+        raise UserError(f"nothing to diagnose: {which} {why} (diagnose reads failed runs)")
     return failures
+
+
+def _not_failed(matched: int, model_errors: int) -> str:
+    ended = "ended" if model_errors == matched else f"succeeded or ({model_errors}) ended"
+    return f"{ended} because the model could not be reached (status model_error, not a failure)"
 
 
 def make_localizer(method: str, **options: object) -> Localizer:
@@ -73,10 +84,12 @@ def recorded_method(name: str) -> Method:
 
 
 def diagnose_run(traj: Trajectory, localizer: Localizer) -> Diagnosis:
-    """Stages 1-4 on one failed run (the diagnosis is returned, not stored)."""
+    """Stages 1-4 on one failed run (the diagnosis is returned, not stored); a localizer that
+    names only a message gets its category and correction from `explain.complete_at_step`."""
     diagnosis = localizer.localize(traj)
     if diagnosis is None:
         diagnosis = no_decisive_error(traj.id, recorded_method(localizer.name))
+    diagnosis = complete_at_step(traj, diagnosis)
     diagnosis.verification = verify(traj, diagnosis)
     diagnosis.details.setdefault("first_proposal_verified", diagnosis.verified)
     return diagnosis.with_id()
@@ -111,6 +124,8 @@ def diagnose_store(
     if on_selected is not None:
         on_selected(len(runs))
     diagnoses = diagnose_runs(runs, localizer, on_run)
+    failed_calls = [d.details.get("failed_call") for d in diagnoses]
+    require_an_answer(failed_calls, what="diagnosis", kept="no diagnosis was stored")
     if save:
         save_diagnoses(store, diagnoses)
     return diagnoses

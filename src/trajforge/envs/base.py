@@ -12,6 +12,7 @@ Opt-in abilities are small protocols, checked with `isinstance`:
 - `StateHashing`: a hash of its state and the records that changed;
 - `EndsEpisodes`: can end the episode itself (`done`);
 - `UserFacts`: what the task's user can tell about themselves.
+- `RequiredOutputs`: what the agent must state for the task to succeed, and whether it has.
 
 A conversational task's user stops talking with `USER_STOP` in a message.
 """
@@ -136,6 +137,15 @@ class UserFacts(Protocol):
     """Optional: what the task's user can tell about themselves (a scripted user's lines)."""
 
     def user_facts(self) -> dict[str, str]: ...
+
+
+@runtime_checkable
+class RequiredOutputs(Protocol):
+    """Optional: answers the agent must state to the user (judged in the bound conversation)."""
+
+    def required_outputs(self) -> list[str]: ...
+
+    def outputs_given(self) -> dict[str, bool]: ...
 
 
 @runtime_checkable

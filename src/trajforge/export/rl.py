@@ -9,7 +9,8 @@ previous prompt plus its completion. Each such run of calls becomes one sample:
 - `loss_mask`: 1 on tokens the model sampled, 0 on tokens the harness added;
 - `logprobs`: the sampling-time logprob of each model token; null where the mask is 0
   (absent, not a probability of 1);
-- `reward`: the trajectory's reward (or 1.0 / 0.0 from its success), None when unknown.
+- `reward`: the trajectory's reward (or 1.0 / 0.0 from its success), None when unknown
+  (and for a run a model error ended).
 
 A new sample starts at every drift point: where the proxy's drift audit saw the history
 rewritten, compacted or re-tokenized, or where the prompt tokens do not extend the sequence.
@@ -101,6 +102,8 @@ def token_sequences(traj: Trajectory) -> Iterator[_Sequence]:
 
 
 def _reward(traj: Trajectory) -> float | None:
+    if traj.outcome.status == "model_error":  # the model was not reached: nothing was judged
+        return None
     if traj.outcome.reward is not None:
         return traj.outcome.reward
     if traj.outcome.success is not None:

@@ -42,6 +42,7 @@ PARQUET_COLUMNS = (
     ("task_id", "task_id", "string"),
     ("success", "success", "bool_"),
     ("reward", "reward", "float64"),
+    ("termination_reason", "termination_reason", "string"),
     ("n_messages", "n_messages", "int64"),
     ("n_steps", "n_steps", "int64"),
     ("prompt_tokens", "prompt_tokens", "int64"),

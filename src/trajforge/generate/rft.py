@@ -14,7 +14,8 @@ form, as trainers read one form per dataset) in trajforge's training-row schema
 (every assistant turn learned); a kept run whose policy made labelled mistakes on the way
 (a noisy policy that still succeeded) becomes one prompt-completion row per correct turn,
 the mistakes staying in the prompts as context only. Plus `yield.json` with sampled /
-successes / verified / kept per task and the row counts.
+successes / verified / kept per task and the row counts. A rollout a model error
+ended is not judged: it is counted (`model_errors`) and left out of the yield.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from pydantic import BaseModel, Field
 from trajforge.envs import make_env
 from trajforge.envs.replay import replay_to
 from trajforge.generate.rows import row_counts, run_rows, write_forms
+from trajforge.models.retry import model_failure, require_an_answer
 from trajforge.schema import Trajectory
 
 DATA_FILE = "train.jsonl"
@@ -51,6 +53,9 @@ class TaskYield(BaseModel):
     successes: int = Field(description="Rollouts the environment judged successful.")
     verified: int = Field(description="Successes confirmed by replay.")
     kept: int = Field(description="Verified successes left after deduplication.")
+    model_errors: int = Field(
+        default=0, description="Rollouts a model error ended (not judged, out of the yield)."
+    )
 
 
 def actions(traj: Trajectory) -> list[str]:
@@ -113,8 +118,10 @@ def select(
             ):
                 chosen.append(traj)
         kept += chosen
+        errors = sum(1 for t in samples if t.outcome.status == "model_error")
         report.append(TaskYield(task=task_id, sampled=len(samples), successes=len(wins),
-                                verified=len(verified), kept=len(chosen)))  # fmt: skip
+                                verified=len(verified), kept=len(chosen),
+                                model_errors=errors))  # fmt: skip
     return kept, report
 
 
@@ -145,19 +152,24 @@ def write_sft(kept: list[Trajectory], report: list[TaskYield], out: Path) -> RFT
 
 def totals(report: list[TaskYield]) -> dict[str, Any]:
     sampled = sum(r.sampled for r in report)
+    errors = sum(r.model_errors for r in report)
     kept = sum(r.kept for r in report)
+    judged = sampled - errors
     return {
         "sampled": sampled,
         "successes": sum(r.successes for r in report),
         "verified": sum(r.verified for r in report),
         "kept": kept,
-        "yield": round(kept / sampled, 4) if sampled else 0.0,
+        "model_errors": errors,
+        "yield": round(kept / judged, 4) if judged else 0.0,
     }
 
 
 def rft_dataset(
     trajs: list[Trajectory], env_name: str, out: Path, config: RFTConfig | None = None
 ) -> RFTResult:
-    """Keep the verified, non-duplicate successes of sampled runs and write them as SFT."""
+    """Keep the verified, non-duplicate successes of sampled runs and write them as SFT (not
+    when every sample ended because the model could not be reached: that is an error)."""
+    require_an_answer([model_failure(t) for t in trajs], "sampled rollout", "nothing was kept")
     kept, report = select(trajs, env_name, config or RFTConfig())
     return write_sft(kept, report, out)

@@ -12,6 +12,7 @@ from pydantic import ValidationError
 
 from trajforge.errors import InputError, UserError, first_error
 from trajforge.jsonfile import (  # noqa: F401 (re-exported for importers)
+    READ_ERRORS,
     WHOLE_FILE,
     LineRange,
     base_name,
@@ -57,7 +58,7 @@ def read_head(path: Path, size: int = HEAD_BYTES) -> bytes:
     try:
         with open_binary(path) as handle:
             return handle.read(size)
-    except (OSError, EOFError) as exc:
+    except READ_ERRORS as exc:
         raise InputError(str(path), f"cannot read file: {exc}") from exc
 
 
@@ -102,7 +103,7 @@ def _stream_document(path: Path) -> object:
                 if event == "string" and len(value) > SKELETON_TEXT:
                     value = value[:SKELETON_TEXT]
                 builder.event(event, value)
-        except (ijson.JSONError, EOFError, OSError, UnicodeDecodeError) as exc:
+        except (ijson.JSONError, *READ_ERRORS, UnicodeDecodeError) as exc:
             raise InputError(str(path), "malformed JSON") from exc
     return builder.value
 
@@ -219,7 +220,7 @@ def _stream_array(path: Path, prefix: str) -> Iterator[tuple[int, object]]:
         try:
             for index, record in enumerate(ijson.items(handle, prefix, use_float=True)):
                 yield index, record
-        except (ijson.JSONError, EOFError, OSError, UnicodeDecodeError) as exc:
+        except (ijson.JSONError, *READ_ERRORS, UnicodeDecodeError) as exc:
             raise InputError(str(path), f"malformed JSON: {exc}", index + 1) from exc
 
 
@@ -243,7 +244,7 @@ def load_json_without(path: Path, skipped_key: str) -> dict:
                 if _under(prefix, skipped_key):
                     continue
                 builder.event(event, value)
-        except (ijson.JSONError, EOFError, OSError, UnicodeDecodeError) as exc:
+        except (ijson.JSONError, *READ_ERRORS, UnicodeDecodeError) as exc:
             raise InputError(str(path), f"malformed JSON: {exc}") from exc
     if not isinstance(builder.value, dict):
         raise InputError(str(path), "expected a JSON object")

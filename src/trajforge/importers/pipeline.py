@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import getpass
 import glob
 import os
+import shlex
 import stat
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
@@ -28,7 +30,8 @@ from trajforge.importers.registry import detect_format, require_format
 from trajforge.jsonfile import line_ranges
 from trajforge.processes import ignore_interrupts, usable_cores, worker_pool
 from trajforge.schema import Trajectory
-from trajforge.store import EncodedTrajectory, Store, encode
+from trajforge.store import EncodedTrajectory, Store, StoreFull, encode
+from trajforge.store.metadata import Actor, Filled, MetadataUpdate, fill_unknown
 
 
 class FileResult(BaseModel):
@@ -38,6 +41,21 @@ class FileResult(BaseModel):
     format: str | None = Field(default=None, description="Format it was read as.")
     added: int = Field(default=0, description="Trajectories added to the store.")
     duplicates: int = Field(default=0, description="Trajectories already in the store.")
+    filled: int = Field(
+        default=0,
+        description="Runs already stored without a model / run name that got `--model` / "
+        "`--run` (logged in the store).",
+    )
+    kept: list[str] = Field(
+        default_factory=list,
+        description="Runs already stored with another model / run name, which they keep.",
+    )
+    filled_fields: list[str] = Field(
+        default_factory=list, description="Which of model / run were filled in."
+    )
+    kept_fields: list[str] = Field(
+        default_factory=list, description="Which of model / run those runs kept."
+    )
     error: str | None = Field(default=None, description="Why the file failed (nothing added).")
 
 
@@ -46,6 +64,16 @@ class SourceOverrides(BaseModel):
 
     model: str | None = Field(default=None, description="Model that drove the agent.")
     run: str | None = Field(default=None, description="Run or experiment name.")
+
+    def flags(self, only: Iterable[str] | None = None) -> str:
+        """The overrides as command-line flags (`--model gpt-4o --run agentrx`)."""
+        given = self.model_dump(exclude_none=True)
+        wanted = set(given if only is None else only)
+        return " ".join(shlex.join([f"--{k}", str(v)]) for k, v in given.items() if k in wanted)
+
+    def command(self) -> str:
+        """How the import is named in the store's metadata log."""
+        return f"trajforge import {self.flags()}"
 
     def apply(self, trajs: Iterable[Trajectory]) -> Iterator[Trajectory]:
         """The trajectories with the overrides set.
@@ -80,6 +108,22 @@ class ImportReport(BaseModel):
     @property
     def duplicates(self) -> int:
         return sum(f.duplicates for f in self.files)
+
+    @property
+    def filled(self) -> int:
+        return sum(f.filled for f in self.files)
+
+    @property
+    def kept(self) -> list[str]:
+        return [run for f in self.files for run in f.kept]
+
+    @property
+    def kept_fields(self) -> list[str]:
+        return sorted({field for f in self.files for field in f.kept_fields})
+
+    @property
+    def filled_fields(self) -> list[str]:
+        return sorted({field for f in self.files for field in f.filled_fields})
 
     @property
     def failed(self) -> list[FileResult]:
@@ -230,7 +274,8 @@ def import_jobs(
         for group in _commit_groups(jobs, sizes):
             with store.transaction():
                 results = [
-                    _store_file(store, path, imp, next(runs_of_files)) for path, imp in group
+                    _store_file(store, path, imp, next(runs_of_files), overrides)
+                    for path, imp in group
                 ]
             for result in results:
                 report.files.append(result)
@@ -383,36 +428,59 @@ def _read_piece(
 def _encoded_runs(
     path: Path, trajs: Iterable[Trajectory], overrides: SourceOverrides, first: str = ""
 ) -> Iterator[EncodedTrajectory]:
-    """The runs encoded; a run too deeply nested to store is named by its index (`first`:
-    where the runs start, when they are a part of the file)."""
+    """The runs encoded, whatever their format: a run with no messages, or one too deeply
+    nested to store, is an `InputError` naming it by its index (`first`: where the runs
+    start, when they are a part of the file)."""
     runs = _Counted(overrides.apply(trajs))
     try:
         for traj in runs:
+            if not traj.messages:
+                raise InputError(str(path), EMPTY_RUN, _record(first, runs.count))
             yield encode(traj)
     except (PydanticSerializationError, RecursionError):
         problem = "cannot store the run: a value is nested too deeply"
-        record = f"{first}{runs.count - 1}" if first else runs.count - 1
-        raise InputError(str(path), problem, record) from None
+        raise InputError(str(path), problem, _record(first, runs.count)) from None
 
 
-def _store_file(store: Store, path: Path, imp: Importer, runs: _Runs) -> FileResult:
+EMPTY_RUN = "the run has no messages: nothing to import (a run is at least one message)"
+
+
+def _record(first: str, count: int) -> str | int:
+    """The record index of the `count`-th run, as `_encoded_runs` names it."""
+    return f"{first}{count - 1}" if first else count - 1
+
+
+def _store_file(
+    store: Store, path: Path, imp: Importer, runs: _Runs, overrides: SourceOverrides
+) -> FileResult:
     result = FileResult(path=str(path), format=imp.name)
     if isinstance(runs, str):
         result.error = runs
         return result
-    added = duplicates = 0
+    update = MetadataUpdate(model=overrides.model, run=overrides.run)
+    actor = Actor(getpass.getuser(), overrides.command())
     try:
         with store.savepoint():
             for encoded in runs:
                 if store.add_encoded(encoded):
-                    added += 1
-                else:
-                    duplicates += 1
+                    result.added += 1
+                    continue
+                result.duplicates += 1
+                if not update.is_empty():
+                    _fill(result, fill_unknown(store, encoded.id, update, actor), encoded.id)
+    except StoreFull:
+        raise  # not this file's fault: the import stops
     except UserError as exc:
-        result.error = str(exc)
-    else:
-        result.added, result.duplicates = added, duplicates
+        return FileResult(path=str(path), format=imp.name, error=str(exc))
     return result
+
+
+def _fill(result: FileResult, done: Filled, traj_id: str) -> None:
+    result.filled += bool(done.filled)
+    result.filled_fields = sorted({*result.filled_fields, *done.filled})
+    if done.kept:
+        result.kept.append(traj_id)
+        result.kept_fields = sorted({*result.kept_fields, *done.kept})
 
 
 def _commit_groups(

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from trajforge.errors import UnknownFormatError
 from trajforge.importers.base import HEAD_BYTES, Importer, read_head, read_skeleton
+from trajforge.jsonfile import compression_of
 from trajforge.registry import Registry
 
 IMPORTERS: Registry[type[Importer]] = Registry("import format")
@@ -68,6 +69,19 @@ def require_format(path: Path, fmt: str | None = None) -> Importer:
         return importer(fmt)
     found = detect_format(path)
     if found is None:
+        _refuse_compressed(path)
         known = ", ".join(f"{i.name} ({i.description})" for i in all_importers())
         raise UnknownFormatError(f"{path}: unrecognized format; trajforge reads: {known}")
     return found
+
+
+def _refuse_compressed(path: Path) -> None:
+    """A compressed file that is not read as such gets an error that names the fix."""
+    compression = compression_of(read_head(path, 8))
+    if compression is None:
+        return
+    if compression == "gzip":
+        fix = f"name it {path.name}.gz to have it decompressed"
+    else:
+        fix = f"decompress it first (trajforge reads gzip files named .gz, not {compression})"
+    raise UnknownFormatError(f"{path}: compressed with {compression}; {fix}")

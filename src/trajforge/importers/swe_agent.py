@@ -11,6 +11,9 @@ SWE-agent step k (`trajectory[k]`) is the k-th assistant message of `history` th
 demonstration (`is_demo`); that message gets `extra["trajectory_step"] = k` plus the step's
 `execution_time` and `state`, and the observation of step k is the message after it.
 Demonstration messages are kept (the model saw them) and marked by `extra["is_demo"]`.
+SWE-agent 1.x may end the run on `submit` without writing that last step to `history`:
+a final step with no assistant message is kept as `metadata["final_step"]` (its action,
+observation and thought); two or more steps missing is an error.
 `query` (the whole prompt again, per step) is not kept.
 
 Tool messages of SWE-agent 1.x name their call in `tool_call_ids` (a list); the first id
@@ -33,6 +36,7 @@ from trajforge.openai_wire import message_list, text_of
 from trajforge.schema import Outcome, Source, Task, Trajectory, Usage
 
 _STEP_FIELDS = ("execution_time", "state")
+_FINAL_STEP_FIELDS = ("action", "observation", "thought")
 
 
 class SweAgentImporter:
@@ -58,7 +62,7 @@ def _to_trajectory(data: dict[str, Any], path: Path) -> Trajectory:
     replay = _replay_config(data.get("replay_config"))
     problem = replay.get("problem_statement") or {}
     messages = _messages(data["history"])
-    _attach_steps(messages, data.get("trajectory") or [])
+    final_step = _attach_steps(messages, data.get("trajectory") or [])
     stats = info.get("model_stats") or {}
     # the messages are raw fields: pydantic validates them once, with the trajectory
     return Trajectory.model_validate(
@@ -88,6 +92,7 @@ def _to_trajectory(data: dict[str, Any], path: Path) -> Trajectory:
                 "environment": data.get("environment"),
                 "api_calls": stats.get("api_calls"),
                 "info": {k: v for k, v in info.items() if k not in {"submission", "model_stats"}},
+                **({} if final_step is None else {"final_step": final_step}),
             },
         )
     )
@@ -116,18 +121,24 @@ def _with_call_id(raw: Any) -> Any:
     return raw | {"tool_call_id": ids[0]} if isinstance(ids, list) and ids else raw
 
 
-def _attach_steps(messages: list[dict[str, Any]], steps: list[Any]) -> None:
-    """Mark the assistant message of each trajectory step (see the module docstring)."""
+def _attach_steps(messages: list[dict[str, Any]], steps: list[Any]) -> dict[str, Any] | None:
+    """Mark the assistant message of each trajectory step (see the module docstring); the
+    final step when `history` ends before it (SWE-agent 1.x stops on `submit` without
+    writing that step to `history`), as `{action, observation, thought}`, else None."""
     actions = [m for m in messages if m["role"] == "assistant" and not m["extra"].get("is_demo")]
-    if len(actions) < len(steps):
+    if len(actions) + 1 < len(steps):
         raise ValueError(
             f"trajectory has {len(steps)} steps but history only {len(actions)} assistant messages"
         )
+    final = steps[len(actions)] if len(actions) < len(steps) else None
+    if final is not None and not isinstance(final, dict):
+        raise ValueError(f"trajectory[{len(actions)}]: expected a JSON object")
     for number, (message, step) in enumerate(zip(actions, steps, strict=False)):
         if not isinstance(step, dict):
             raise ValueError(f"trajectory[{number}]: expected a JSON object")
         message["extra"]["trajectory_step"] = number
         message["extra"] |= {k: step[k] for k in _STEP_FIELDS if k in step}
+    return None if final is None else {k: final.get(k) for k in _FINAL_STEP_FIELDS}
 
 
 def _first_user_text(messages: list[dict[str, Any]]) -> str | None:

@@ -10,18 +10,16 @@ agent or a user simulator, whose episode then ends with `ModelCallFailed`.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from trajforge.errors import EpisodeEnd
+from trajforge.errors import EpisodeEnd, UserError
 from trajforge.models.base import ChatModel, ModelReply
-from trajforge.schema import Message, TerminationReason
+from trajforge.schema import MODEL_ERROR, Message, Trajectory
 
 T = TypeVar("T")
 ATTEMPTS = 3
-MODEL_ERROR: TerminationReason = "model_error"
-"""The termination reason of an episode whose model call failed every attempt."""
 
 
 @dataclass
@@ -39,6 +37,27 @@ class ModelCallFailed(EpisodeEnd):
     def __init__(self, failure: str) -> None:
         self.failure = failure
         super().__init__(MODEL_ERROR, failure)
+
+
+def model_failure(traj: Trajectory) -> str | None:
+    """Why the model could not be reached, for a run a model error ended (else None)."""
+    if traj.outcome.status != "model_error":
+        return None
+    return str(traj.metadata.get("model_failure") or "the model call failed")
+
+
+def require_an_answer(
+    failures: Sequence[str | None],
+    what: str = "run",
+    kept: str = "stored with status model_error, not as failures",
+) -> None:
+    """A `UserError` when every one of a command's runs ended by a model failure (`failures`
+    holds each run's reason, None for a run the model answered): the endpoint failed, not
+    the agent, and the command must fail too rather than report runs nobody judged."""
+    reasons = [f for f in failures if f]
+    if failures and len(reasons) == len(failures):
+        count = f"the {what}" if len(failures) == 1 else f"all {len(failures)} {what}s"
+        raise UserError(f"{count} ended because the model call failed ({reasons[0]}); {kept}")
 
 
 def ask_parsed(
@@ -76,7 +95,7 @@ def _ask(
         try:
             reply = model.complete(messages, tools)
         except (openai.APIConnectionError, openai.APIStatusError) as exc:
-            reason = f"model call failed: {exc}"
+            reason = f"model call to {exc.request.url} failed: {exc}"
             continue
         value = parse(reply)
         if value is not None:

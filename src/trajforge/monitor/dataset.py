@@ -58,7 +58,8 @@ def featurize_run(traj: Trajectory) -> RunFeatures:
 
 
 def featurize_runs(trajs: Iterable[Trajectory], min_steps: int = 2) -> list[RunFeatures]:
-    """Featurize the runs with a known outcome and at least `min_steps` steps."""
+    """Featurize the runs with a known outcome and at least `min_steps` steps (a run a model
+    error ended has none: it is not judged, so it is neither a positive nor a negative)."""
     runs = []
     for traj in trajs:
         if traj.outcome.success is None or len(traj.assistant_indices()) < min_steps:

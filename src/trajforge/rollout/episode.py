@@ -6,7 +6,9 @@ with the environment already restored to the state after that prefix.
 The loop never loses a run: an exception from the policy, the user or the environment ends
 the episode with termination reason `error` (the error is kept in `metadata["error"]`) and
 the trajectory is returned for the caller to store. A model call that failed every
-attempt of the retry policy ends it with reason `model_error` (`metadata["model_failure"]`).
+attempt of the retry policy ends it with reason `model_error` (`metadata["model_failure"]`);
+such a run is not judged (`success` and `reward` unknown, status `model_error`): it says
+nothing about the agent.
 """
 
 from __future__ import annotations
@@ -155,6 +157,7 @@ def _evaluate(env: Environment, traj: Trajectory, reason: TerminationReason) -> 
         traj.metadata.setdefault("error", f"evaluate failed: {exc}")
         outcome = Outcome(success=False, reward=0.0, judged_by="error")
     outcome.termination_reason = reason
+    outcome.not_judged_for_model_error()
     return outcome
 
 

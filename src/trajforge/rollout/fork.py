@@ -27,9 +27,17 @@ from trajforge.envs import make_env
 from trajforge.envs.base import USER_STOP, EndsEpisodes, Environment
 from trajforge.envs.replay import answered_calls, replay_calls
 from trajforge.errors import UserError
+from trajforge.models.retry import ModelCallFailed
 from trajforge.rollout.episode import Limits, run_episode
 from trajforge.rollout.factory import ForkPoint, build, choose_user, open_conversation
-from trajforge.schema import ForkParent, Message, Source, TerminationReason, Trajectory
+from trajforge.schema import (
+    MODEL_ERROR,
+    ForkParent,
+    Message,
+    Source,
+    TerminationReason,
+    Trajectory,
+)
 from trajforge.store import Store
 
 
@@ -125,7 +133,12 @@ def fork(
     replay_calls(env, parent, index)
     child = prefix_child(parent, index, agent, options)
     env.bind_conversation(child.messages)
-    if prepare_turn(env, child, user):
+    try:
+        user_stopped = prepare_turn(env, child, user)
+    except ModelCallFailed as failed:  # the user model: the child is kept, as a model error
+        child.metadata["model_failure"] = failed.failure
+        return finish_stopped(env, child, MODEL_ERROR)
+    if user_stopped:
         return finish_stopped(env, child, "user_stop")
     if isinstance(env, EndsEpisodes) and env.done:  # the prefix already ended it (a hand-over, say)
         return finish_stopped(env, child, "env_done")
@@ -212,9 +225,11 @@ def _state(env: Environment, child: Trajectory) -> EpisodeState:
 
 
 def finish_stopped(env: Environment, child: Trajectory, reason: TerminationReason) -> Trajectory:
-    """Judge a child whose prefix already ended the episode (user stop, environment done)."""
+    """Judge a child whose prefix already ended the episode (user stop, environment done), or
+    whose user model could not be reached before the policy acted (not judged)."""
     child.outcome = env.evaluate()
     child.outcome.termination_reason = reason
+    child.outcome.not_judged_for_model_error()
     return with_run_id(child)
 
 
@@ -246,6 +261,7 @@ def fork_summary(child: Trajectory) -> dict[str, Any]:
         "at": child.parent.message_index if child.parent else None,
         "policy": child.source.model,
         "success": child.outcome.success,
+        "status": child.outcome.status,
         "reward": child.outcome.reward,
         "termination_reason": child.outcome.termination_reason,
         "n_messages": len(child.messages),

@@ -23,10 +23,12 @@ from trajforge.agents.user_sim import ScriptedUser
 from trajforge.envs import make_env
 from trajforge.envs.base import Environment, Oracle, StateHashing, TaskSet
 from trajforge.errors import EpisodeEnd, UserError
+from trajforge.models.retry import ModelCallFailed, model_failure, require_an_answer
+from trajforge.progress import ProgressLines
 from trajforge.rollout.episode import Limits, run_episode
 from trajforge.rollout.factory import AgentSpec, build
 from trajforge.rollout.fork import prepare_turn
-from trajforge.schema import ForkParent, Source, Task, Trajectory
+from trajforge.schema import MODEL_ERROR, ForkParent, Outcome, Source, Task, Trajectory
 
 AgentFactory = Callable[[int], tuple[Policy, UserSimulator]]
 """Builds a fresh (policy, user) pair for the run with the given index (seeds vary by run)."""
@@ -53,6 +55,11 @@ class HandoffRun(BaseModel):
     success: bool = Field(description="End-to-end success.")
     state_hash: str | None = Field(
         default=None, description="Hash of the cloned state the solver started from."
+    )
+    model_failure: str | None = Field(
+        default=None,
+        description="Why a model could not be reached, when that ended the reacher or solver "
+        "(the run is then left out of REACH, SOLVE and end-to-end).",
     )
 
 
@@ -94,10 +101,15 @@ def is_handoff_state(env: Environment, step: int, config: HandoffConfig) -> bool
 def start_conversation(
     env: Environment, task: Task, user: UserSimulator, source: Source
 ) -> Trajectory:
-    """A fresh trajectory: the environment's opening messages and the user's first turn."""
+    """A fresh trajectory: the environment's opening messages and the user's first turn (a
+    user model that cannot be reached ends it as a model error, not judged)."""
     trajectory = Trajectory(task=task, source=source, messages=env.reset(task), tools=env.tools)
     env.bind_conversation(trajectory.messages)
-    prepare_turn(env, trajectory, user)
+    try:
+        prepare_turn(env, trajectory, user)
+    except ModelCallFailed as failed:
+        trajectory.metadata["model_failure"] = failed.failure
+        trajectory.outcome = Outcome(termination_reason=MODEL_ERROR)
     return trajectory
 
 
@@ -113,16 +125,19 @@ def run_handoff(
     policy, user = reacher
     source = Source(harness="trajforge-handoff", model=policy.name, run="reacher")
     reached_traj = start_conversation(env, task, user, source)
-    reached_traj = run_episode(
-        env,
-        _HandoffProbe(policy, config),
-        task,
-        user=user,
-        trajectory=reached_traj,
-        limits=config.limits,
-    )
-    reached = reached_traj.outcome.termination_reason == "handoff" or (
-        config.at is None and is_handoff_state(env, 0, config)
+    if model_failure(reached_traj) is None:
+        reached_traj = run_episode(
+            env,
+            _HandoffProbe(policy, config),
+            task,
+            user=user,
+            trajectory=reached_traj,
+            limits=config.limits,
+        )
+    failure = model_failure(reached_traj)
+    reached = failure is None and (
+        reached_traj.outcome.termination_reason == "handoff"
+        or (config.at is None and is_handoff_state(env, 0, config))
     )
     if not reached:
         run = HandoffRun(
@@ -132,6 +147,7 @@ def run_handoff(
             distance_at_handoff=None,
             solved=None,
             success=bool(reached_traj.outcome.success),
+            model_failure=failure,
         )
         return run, reached_traj, None
     return _solve_from(env, env_name, task, reached_traj, solver, config)
@@ -172,6 +188,7 @@ def _solve_from(
         solved=solved,
         success=solved,
         state_hash=state_hash,
+        model_failure=model_failure(solved_traj),
     )
     return run, reached_traj, solved_traj
 
@@ -184,9 +201,11 @@ def evaluate_handoff(
     config: HandoffConfig,
     names: tuple[str, str] = ("reacher", "solver"),
     collect: list[Trajectory] | None = None,
+    on_task: Callable[[], None] | None = None,
 ) -> HandoffResult:
     """REACH / SOLVE / end-to-end of one reacher and one solver over `tasks`; the reacher's
-    and solver's trajectories are appended to `collect` when given."""
+    and solver's trajectories are appended to `collect` when given, and `on_task` is called
+    after each task."""
     if not tasks:
         raise UserError(f"no tasks to run for environment '{env_name}'")
     runs = []
@@ -195,16 +214,21 @@ def evaluate_handoff(
         runs.append(run)
         if collect is not None:
             collect.extend(t.with_id() for t in (reached, solved) if t is not None)
-    reaching = [r for r in runs if r.reached]
+        if i == 0:  # a model that cannot answer the first run: stop here
+            require_an_answer([run.model_failure], "first handoff run", "nothing to report")
+        if on_task is not None:
+            on_task()
+    judged = [r for r in runs if r.model_failure is None]
+    reaching = [r for r in judged if r.reached]
     return HandoffResult(
         reacher=names[0],
         solver=names[1],
         k=config.k,
         at=config.at,
         tasks=len(runs),
-        reach=len(reaching) / len(runs),
+        reach=len(reaching) / max(1, len(judged)),
         solve=(sum(bool(r.solved) for r in reaching) / len(reaching)) if reaching else None,
-        end_to_end=sum(r.success for r in runs) / len(runs),
+        end_to_end=sum(r.success for r in judged) / max(1, len(judged)),
         runs=runs,
     )
 
@@ -252,10 +276,14 @@ def run_matrix(
     count: int | None = None,
     collect: list[Trajectory] | None = None,
     seed: int = 0,
+    progress: ProgressLines | None = None,
 ) -> HandoffMatrix:
     """Handoff for every reacher × solver pair of policy names (built from `specs`; run i
-    is seeded `seed + i`)."""
+    is seeded `seed + i`); `progress` counts the (pair, task) handoffs done."""
     tasks = task_list(env_name, count)
+    if progress is not None:
+        progress.total = len(reachers) * len(solvers) * len(tasks)
+        progress.update(0)
     results = []
     for reacher in reachers:
         for solver in solvers:
@@ -268,6 +296,7 @@ def run_matrix(
                     config,
                     names=(reacher, solver),
                     collect=collect,
+                    on_task=None if progress is None else progress.advance,
                 )
             )
     return HandoffMatrix(env=env_name, k=config.k, at=config.at, tasks=len(tasks), results=results)

@@ -28,7 +28,7 @@ from pydantic import BaseModel, Field
 
 from trajforge.envs.base import Environment
 from trajforge.envs.faults import parse_fault_spec, with_faults
-from trajforge.models.retry import MODEL_ERROR
+from trajforge.models.retry import ModelCallFailed, model_failure
 from trajforge.rollout.episode import Limits, run_episode, start_trajectory
 from trajforge.rollout.factory import (
     AgentSpec,
@@ -39,7 +39,7 @@ from trajforge.rollout.factory import (
     needs_user,
     open_conversation,
 )
-from trajforge.schema import Outcome, Source, Task, Trajectory
+from trajforge.schema import MODEL_ERROR, Outcome, Source, Task, Trajectory
 from trajforge.store import EncodedTrajectory, Store, encode
 
 HARNESS = "trajforge"
@@ -145,6 +145,8 @@ class FinishedEpisode(NamedTuple):
     """Model tokens used."""
     fault_kinds: tuple[str, ...]
     """Kind of each injected fault, in order."""
+    model_failure: str | None = None
+    """Why the model could not be reached, when a model error ended the episode."""
 
     @classmethod
     def of(cls, traj: Trajectory) -> FinishedEpisode:
@@ -156,6 +158,7 @@ class FinishedEpisode(NamedTuple):
             termination_reason=traj.outcome.termination_reason,
             tokens=traj.usage.total_tokens or 0,
             fault_kinds=tuple(f.kind for f in traj.faults),
+            model_failure=model_failure(traj),
         )
 
     def trajectory(self) -> Trajectory:
@@ -170,6 +173,11 @@ def run_and_encode(spec: EpisodeSpec) -> FinishedEpisode:
 
 def _setup_failure(spec: EpisodeSpec, source: Source, exc: Exception, wall: float) -> Trajectory:
     traj = Trajectory(task=spec.task, source=source)
+    if isinstance(exc, ModelCallFailed):  # the user model's opening: not judged
+        traj.metadata["model_failure"] = exc.failure
+        traj.outcome = Outcome(judged_by="error", termination_reason=MODEL_ERROR)
+        traj.usage.wall_time_s = round(wall, 4)
+        return traj
     traj.metadata["error"] = "".join(traceback.format_exception_only(exc)).strip()
     traj.metadata["traceback"] = traceback.format_exc(limit=8)
     traj.outcome = Outcome(success=False, reward=0.0, judged_by="error", termination_reason="error")
@@ -202,12 +210,14 @@ class BatchSummary(BaseModel):
     ran: int = Field(description="Episodes run by this call.")
     skipped: int = Field(description="Finished episodes found in the store and skipped.")
     successes: int = Field(description="Successful episodes.")
-    success_rate: float = Field(description="successes / episodes.")
+    success_rate: float = Field(
+        description="successes / episodes judged (model errors are not judged)."
+    )
     errors: int = Field(description="Episodes that ended with an error.")
     model_failures: int = Field(
         default=0,
         description="Episodes ended by an agent or user model call that failed every retry "
-        "(termination model_error; the reason in metadata.model_failure).",
+        "(status model_error: not judged, not failures; the reason in metadata.model_failure).",
     )
     faults_injected: int = Field(description="Fault events over all episodes.")
     faults_by_kind: dict[str, int] = Field(description="Fault events per kind.")
@@ -222,14 +232,16 @@ def summarize(
     episodes = list(episodes)
     kinds = Counter(kind for e in episodes for kind in e.fault_kinds)
     successes = sum(1 for e in episodes if e.success)
+    model_failures = sum(1 for e in episodes if e.model_failure is not None)
+    judged = len(episodes) - model_failures
     return BatchSummary(
         episodes=len(episodes),
         ran=ran,
         skipped=skipped,
         successes=successes,
-        success_rate=round(successes / len(episodes), 4) if episodes else 0.0,
+        success_rate=round(successes / judged, 4) if judged else 0.0,
         errors=sum(1 for e in episodes if e.termination_reason == "error"),
-        model_failures=sum(1 for e in episodes if e.termination_reason == MODEL_ERROR),
+        model_failures=model_failures,
         faults_injected=sum(kinds.values()),
         faults_by_kind=dict(sorted(kinds.items())),
         tokens=sum(e.tokens for e in episodes),
@@ -244,7 +256,7 @@ def stored_episodes(store: Store, env: str) -> dict[str, tuple[str, str | None]]
 
 
 class Progress:
-    """Receives the runner's events; the CLI shows them as a live bar."""
+    """Receives the runner's events; the CLI shows them as progress lines."""
 
     def start(self, total: int, skipped: int) -> None: ...
 

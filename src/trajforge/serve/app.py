@@ -10,12 +10,18 @@ lists the checkpoint.
 Concurrent requests are batched: requests wait at most `max_wait_ms` for company, then all
 waiting requests with the same sampling settings (up to `max_batch`) are decoded together by
 one `Student.generate` call, one forward pass per token for the whole batch.
+
+A request is parsed and checked (`trajforge.serve.request`) before it is queued: a wrong
+field, a body that is not a JSON object or one over `max_body_bytes` is answered with a 4xx
+in OpenAI's error shape and never reaches the loop. Whatever fails inside the loop fails the
+requests of that batch (500, logged) and the loop goes on serving.
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -23,12 +29,29 @@ from typing import Any
 
 import orjson
 from fastapi import FastAPI, HTTPException, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response, StreamingResponse
+from pydantic import BaseModel, Field
 
 from trajforge.models.mock_answers import Answer, chat_body, chat_chunks
+from trajforge.openai_wire import error_body
+from trajforge.serve.request import MAX_BODY_BYTES, BadRequest, ChatRequest, parse_chat_request
 from trajforge.serve.student import Student, answer_message, finish_reason
 
 DEFAULT_MAX_TOKENS = 48
+log = logging.getLogger(__name__)
+
+
+class ServeConfig(BaseModel):
+    """How `serve` batches and what it accepts."""
+
+    max_batch: int = Field(default=64, ge=1, description="Requests decoded together at most.")
+    max_wait_ms: float = Field(
+        default=5.0, ge=0, description="How long a request waits for company."
+    )
+    max_body_bytes: int = Field(
+        default=MAX_BODY_BYTES, ge=1024, description="Larger request bodies get a 413."
+    )
 
 
 class _JSON(Response):
@@ -38,28 +61,49 @@ class _JSON(Response):
         return orjson.dumps(content)
 
 
+def error_response(status: int, message: str) -> Response:
+    """An OpenAI-shaped error answer."""
+    kind = "invalid_request_error" if status < 500 else "server_error"
+    return _JSON(error_body(message, kind), status_code=status)
+
+
 @dataclass
 class _Pending:
-    body: dict[str, Any]
+    request: ChatRequest
     prompt: list[int]
     future: asyncio.Future = field(repr=False)
 
     def key(self) -> tuple[float, int]:
-        return (float(self.body.get("temperature") or 0.0), _max_tokens(self.body))
+        return (float(self.request.temperature or 0.0), _max_tokens(self.request))
 
 
-def _max_tokens(body: dict[str, Any]) -> int:
-    value = body.get("max_completion_tokens") or body.get("max_tokens") or DEFAULT_MAX_TOKENS
-    return max(1, min(int(value), DEFAULT_MAX_TOKENS * 8))
+def _max_tokens(request: ChatRequest) -> int:
+    value = request.max_completion_tokens or request.max_tokens or DEFAULT_MAX_TOKENS
+    return min(value, DEFAULT_MAX_TOKENS * 8)
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The request body, or `BadRequest` (413) once it passes `limit` bytes."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise BadRequest(413, f"request body over {limit} bytes ({declared} declared)")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise BadRequest(413, f"request body over {limit} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 class StudentApp:
     """The ASGI app and its batching loop."""
 
-    def __init__(self, student: Student, max_batch: int = 64, max_wait_ms: float = 5.0) -> None:
+    def __init__(self, student: Student, config: ServeConfig | None = None) -> None:
         self.student = student
-        self.max_batch = max_batch
-        self.max_wait_s = max_wait_ms / 1000
+        self.config = config or ServeConfig()
+        self.max_batch = self.config.max_batch
+        self.max_wait_s = self.config.max_wait_ms / 1000
         self.batches: list[int] = []
         self._queue: asyncio.Queue[_Pending] | None = None
         self._ids = itertools.count(1)
@@ -67,6 +111,29 @@ class StudentApp:
         self.app = FastAPI(title="trajforge student server", lifespan=self._lifespan)
         self.app.post("/v1/chat/completions")(self.chat_completions)
         self.app.get("/v1/models")(self.models)
+        self._add_error_handlers()
+
+    def _add_error_handlers(self) -> None:
+        async def bad_request(request: Request, exc: Exception) -> Response:
+            assert isinstance(exc, BadRequest)
+            return error_response(exc.status, str(exc))
+
+        async def http_error(request: Request, exc: Exception) -> Response:
+            assert isinstance(exc, HTTPException)
+            return error_response(exc.status_code, str(exc.detail))
+
+        async def unexpected(request: Request, exc: Exception) -> Response:
+            log.error("%s %s failed", request.method, request.url.path, exc_info=exc)
+            return error_response(500, f"the server failed on this request ({type(exc).__name__})")
+
+        self.app.add_exception_handler(BadRequest, bad_request)
+        self.app.add_exception_handler(HTTPException, http_error)
+        self.app.add_exception_handler(RequestValidationError, http_error)
+        self.app.add_exception_handler(Exception, unexpected)
+
+    async def body(self, request: Request) -> bytes:
+        """The body of `request`, within the configured size limit."""
+        return await read_body(request, self.config.max_body_bytes)
 
     @property
     def queue(self) -> asyncio.Queue[_Pending]:
@@ -83,19 +150,13 @@ class StudentApp:
         self._worker.cancel()
 
     async def chat_completions(self, request: Request) -> Response:
-        try:
-            body = orjson.loads(await request.body())
-        except orjson.JSONDecodeError as exc:
-            raise HTTPException(400, f"request body is not JSON: {exc}") from None
-        messages = body.get("messages")
-        if not isinstance(messages, list) or not messages:
-            raise HTTPException(400, "'messages' must be a non-empty list")
-        tools = body.get("tools") or []
-        prompt = self.student.codec.prompt(messages, tools)
+        checked = parse_chat_request(await self.body(request))
+        prompt = self.student.codec.prompt(checked.message_list, checked.tool_list)
         future = asyncio.get_running_loop().create_future()
-        await self.queue.put(_Pending(body, prompt, future))
+        await self.queue.put(_Pending(checked, prompt, future))
         answer = await future
-        if body.get("stream"):
+        body = checked.body
+        if checked.stream:
             events = [b"data: " + orjson.dumps(c) + b"\n\n" for c in chat_chunks(answer, body)]
             events.append(b"data: [DONE]\n\n")
             return StreamingResponse(iter([b"".join(events)]), media_type="text/event-stream")
@@ -117,29 +178,34 @@ class StudentApp:
             for item in waiting:
                 groups.setdefault(item.key(), []).append(item)
             for (temperature, max_tokens), items in groups.items():
-                await self._run(items, temperature, max_tokens)
+                await self._run_guarded(items, temperature, max_tokens)
+
+    async def _run_guarded(self, items: list[_Pending], temperature: float, limit: int) -> None:
+        """Answer one batch; whatever fails fails those requests (500), never the loop."""
+        try:
+            await self._run(items, temperature, limit)
+        except Exception as exc:
+            log.error("a batch of %d request(s) failed", len(items), exc_info=exc)
+            for item in items:
+                if not item.future.done():
+                    item.future.set_exception(exc)
 
     async def _run(self, items: list[_Pending], temperature: float, max_tokens: int) -> None:
         self.batches.append(len(items))
-        seed = int(items[0].body.get("seed") or next(self._ids))
-        try:
-            generated = await asyncio.to_thread(
-                self.student.generate, [i.prompt for i in items], max_tokens, temperature, seed
-            )
-        except Exception as exc:  # every waiting request gets the error, the loop goes on
-            for item in items:
-                item.future.set_exception(exc)
-            return
+        seed = items[0].request.seed or next(self._ids)
+        generated = await asyncio.to_thread(
+            self.student.generate, [i.prompt for i in items], max_tokens, temperature, seed
+        )
         for item, gen in zip(items, generated, strict=True):
-            item.future.set_result(self._answer(item, gen))
+            if not item.future.done():  # a client that hung up has cancelled its future
+                item.future.set_result(self._answer(item, gen))
 
     def _answer(self, item: _Pending, gen) -> Answer:
         answer_id = f"chatcmpl-student-{next(self._ids)}"
-        tools = item.body.get("tools") or []
-        message = answer_message(self.student.codec, gen, tools, answer_id)
+        message = answer_message(self.student.codec, gen, item.request.tool_list, answer_id)
         return Answer(
             id=answer_id,
-            model=str(item.body.get("model") or self.student.name),
+            model=item.request.model or self.student.name,
             message=message,
             finish_reason=finish_reason(message, gen),
             prompt_ids=gen.prompt_ids,

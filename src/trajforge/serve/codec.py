@@ -62,7 +62,8 @@ class Codec(Protocol):
         ...
 
     def decode(self, ids: Sequence[int], tools: Sequence[dict]) -> dict[str, Any]:
-        """The assistant message (content and tool calls) of generated ids."""
+        """The assistant message of generated ids: its content and, only when `tools` offers
+        any, the tool calls read from it."""
         ...
 
     def pieces(self, ids: Sequence[int]) -> list[str]:
@@ -213,7 +214,8 @@ class CompactCodec:
         return [self.inverse.get(i, "<|unk|>") for i in ids]
 
     def decode(self, ids: Sequence[int], tools: Sequence[dict]) -> dict[str, Any]:
-        """Words up to `<|end|>`; `<|call|>` / `<|arg|>` segments become tool calls."""
+        """Words up to `<|end|>`; `<|call|>` / `<|arg|>` segments become tool calls (with no
+        tools offered they are dropped: the content is the words before the first one)."""
         parts: list[list[str]] = [[]]
         markers: list[str] = [""]
         for token in self.pieces(ids):
@@ -233,7 +235,7 @@ class CompactCodec:
             elif calls:
                 calls[-1]["values"].append(_join(part))
         message: dict[str, Any] = {"role": "assistant", "content": content or None}
-        if calls:
+        if calls and tools:
             message["tool_calls"] = [_tool_call(call, order) for call in calls]
         return message
 
@@ -302,14 +304,7 @@ class HFCodec:
 
     def decode(self, ids: Sequence[int], tools: Sequence[dict]) -> dict[str, Any]:
         text = self.tokenizer.decode(list(ids), skip_special_tokens=True)
-        calls = []
-        for match in _JSON_CALL.finditer(text):
-            try:
-                value = orjson.loads(match.group(0))
-            except orjson.JSONDecodeError:
-                continue
-            if isinstance(value, dict) and "name" in value:
-                calls.append({"name": value["name"], "arguments": arguments_of(value)})
+        calls = _json_calls(text) if tools else []
         message: dict[str, Any] = {"role": "assistant", "content": None if calls else text}
         if calls:
             message["tool_calls"] = calls
@@ -317,6 +312,19 @@ class HFCodec:
 
     def to_json(self) -> dict[str, Any]:
         return {"kind": "hf"}
+
+
+def _json_calls(text: str) -> list[dict[str, Any]]:
+    """Tool calls written as JSON objects with a `name` in generated text."""
+    calls = []
+    for match in _JSON_CALL.finditer(text):
+        try:
+            value = orjson.loads(match.group(0))
+        except orjson.JSONDecodeError:
+            continue
+        if isinstance(value, dict) and "name" in value:
+            calls.append({"name": value["name"], "arguments": arguments_of(value)})
+    return calls
 
 
 def _hf_message(message: dict) -> dict:

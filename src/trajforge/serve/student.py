@@ -22,8 +22,8 @@ from typing import Any
 
 import orjson
 
-from trajforge.errors import UserError
-from trajforge.serve.codec import Codec, CompactCodec, HFCodec
+from trajforge.errors import UserError, one_line
+from trajforge.serve.codec import SPECIALS, Codec, CompactCodec, HFCodec
 
 MANIFEST = "trajforge.json"
 MODEL_DIR = "model"
@@ -44,9 +44,21 @@ def read_manifest(path: Path) -> dict[str, Any]:
     if not manifest.is_file():
         raise UserError(f"{path}: not a trajforge checkpoint (no {MANIFEST})")
     try:
-        return orjson.loads(manifest.read_bytes())
+        data = orjson.loads(manifest.read_bytes())
     except orjson.JSONDecodeError as exc:
         raise UserError(f"{manifest}: not valid JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise UserError(f"{manifest}: must be a JSON object, got {type(data).__name__}")
+    codec = data.get("codec")
+    if not isinstance(codec, dict) or codec.get("kind") not in ("compact", "hf"):
+        raise UserError(f"{manifest}: 'codec' must be an object with kind 'compact' or 'hf'")
+    if codec["kind"] == "compact" and not _vocabulary(codec.get("vocab")):
+        raise UserError(f"{manifest}: the compact codec's 'vocab' lacks the special tokens")
+    return data
+
+
+def _vocabulary(vocab: Any) -> bool:
+    return isinstance(vocab, dict) and all(isinstance(vocab.get(t), int) for t in SPECIALS)
 
 
 def load_codec(path: Path, manifest: dict[str, Any]) -> Codec:
@@ -54,7 +66,12 @@ def load_codec(path: Path, manifest: dict[str, Any]) -> Codec:
         return CompactCodec(manifest["codec"]["vocab"])
     from transformers import AutoTokenizer
 
-    return HFCodec(AutoTokenizer.from_pretrained(path / MODEL_DIR))
+    try:
+        return HFCodec(AutoTokenizer.from_pretrained(path / MODEL_DIR))
+    except (OSError, ValueError) as exc:
+        raise UserError(
+            f"{path / MODEL_DIR}: cannot load the tokenizer ({one_line(str(exc), 200)})"
+        ) from None
 
 
 class Student:
@@ -117,7 +134,10 @@ def _load_model(path: Path) -> Any:
     from transformers.utils import logging
 
     logging.disable_progress_bar()
-    return AutoModelForCausalLM.from_pretrained(path)
+    try:
+        return AutoModelForCausalLM.from_pretrained(path)
+    except (OSError, ValueError) as exc:  # no weights, no config.json, an unknown model type
+        raise UserError(f"{path}: cannot load the model ({one_line(str(exc), 200)})") from None
 
 
 def _cache_argument(model: Any) -> str:

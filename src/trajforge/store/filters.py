@@ -7,6 +7,12 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 
+def model_error_sql(table: str = "") -> str:
+    """SQL true for runs a model or endpoint failure ended (status `model_error`, as
+    `outcome_status` says); `table` qualifies the columns (`t.`)."""
+    return f"(coalesce({table}termination_reason, '') = 'model_error' AND {table}success IS NOT 1)"
+
+
 class TrajectoryFilter(BaseModel):
     """Which trajectories to select. Empty fields do not filter."""
 
@@ -15,7 +21,13 @@ class TrajectoryFilter(BaseModel):
     model: str | None = Field(default=None, description="Model name (substring).")
     environment: str | None = Field(default=None, description="Environment name (exact).")
     task_id: str | None = Field(default=None, description="Task id (exact).")
-    success: bool | None = Field(default=None, description="Outcome: solved or not.")
+    success: bool | None = Field(
+        default=None,
+        description="Outcome: solved or not (runs a model error ended are neither: not judged).",
+    )
+    model_error: bool | None = Field(
+        default=None, description="Only runs ended by a model or endpoint failure, or none."
+    )
     run: str | None = Field(default=None, description="Run name (exact).")
     forks: bool | None = Field(default=None, description="Only forks (True) or originals (False).")
     limit: int | None = Field(default=None, description="At most this many.")
@@ -40,6 +52,8 @@ class TrajectoryFilter(BaseModel):
         if self.success is not None:
             clauses.append("success = ?")
             params.append(int(self.success))
+        if self.model_error is not None:
+            clauses.append(("" if self.model_error else "NOT ") + model_error_sql())
         if self.forks is not None:
             clauses.append("parent_id IS NOT NULL" if self.forks else "parent_id IS NULL")
         if self.ids:

@@ -253,6 +253,35 @@ def m008_training_progress(db: sqlite3.Connection) -> None:
     )
 
 
+def m009_metadata_changes(db: sqlite3.Connection) -> None:
+    """The log of metadata set on stored runs (`trajforge set`, `import --model` filling in an
+    unknown model): one row per run and field, with the old and new value as JSON."""
+    db.execute(
+        """
+        CREATE TABLE metadata_changes (
+            id INTEGER PRIMARY KEY,
+            trajectory_id TEXT NOT NULL,
+            field TEXT NOT NULL,
+            old_value TEXT,
+            new_value TEXT,
+            changed_by TEXT NOT NULL,
+            changed_at REAL NOT NULL,
+            command TEXT NOT NULL
+        )
+        """
+    )
+    db.execute("CREATE INDEX idx_metadata_changes_trajectory ON metadata_changes(trajectory_id)")
+
+
+def m010_model_errors_not_judged(db: sqlite3.Connection) -> None:
+    """A run ended by a model or endpoint failure is not judged: runs an older version stored
+    as failures get no `success` (their documents load the same way)."""
+    db.execute(
+        "UPDATE trajectories SET success = NULL "
+        "WHERE termination_reason = 'model_error' AND success = 0"
+    )
+
+
 MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
     m001_trajectories,
     m002_diagnoses,
@@ -262,6 +291,8 @@ MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
     m006_episode_columns,
     m007_run_search_written_by_the_store,
     m008_training_progress,
+    m009_metadata_changes,
+    m010_model_errors_not_judged,
 ]
 
 

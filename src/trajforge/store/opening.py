@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import random
 import sqlite3
 import stat
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 from trajforge.errors import UserError
 
 SQLITE_HEADER = b"SQLite format 3\x00"
+SQLITE_BUSY = 5
+RETRY_PAUSE_S = (0.005, 0.05)
 
 
 def check_store_path(path: Path) -> None:
@@ -72,3 +77,34 @@ def check_is_trajforge(db: sqlite3.Connection, path: Path) -> None:
 def store_error(path: Path, exc: sqlite3.Error) -> UserError:
     """A one-line error for an SQLite failure while opening the store at `path`."""
     return UserError(f"{path}: cannot open the store: {exc}")
+
+
+def open_store(
+    path: Path, prepare: Callable[[sqlite3.Connection, Path], None], patience_s: float
+) -> sqlite3.Connection:
+    """A connection to `path` made ready by `prepare` (settings, schema), tried again while
+    SQLite says the file is busy, for up to `patience_s` seconds.
+
+    The busy timeout does not cover every case: when two processes create the same new store
+    at once, one holding a read lock while it asks for the write lock, SQLite answers "database
+    is locked" at once rather than let both wait for ever. Opening is all or nothing (the
+    schema is written in one transaction), so it can simply start again."""
+    deadline = time.monotonic() + patience_s
+    while True:
+        db = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
+        try:
+            prepare(db, path)
+            return db
+        except sqlite3.Error as exc:
+            db.close()
+            if not (_busy(exc) and time.monotonic() < deadline):
+                raise store_error(path, exc) from None
+        except BaseException:
+            db.close()
+            raise
+        time.sleep(random.uniform(*RETRY_PAUSE_S))
+
+
+def _busy(exc: sqlite3.Error) -> bool:
+    code = getattr(exc, "sqlite_errorcode", None)
+    return code is not None and code & 0xFF == SQLITE_BUSY

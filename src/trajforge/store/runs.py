@@ -16,8 +16,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from trajforge.errors import UserError
-from trajforge.store.filters import TrajectoryFilter
-from trajforge.store.sqlite import Store
+from trajforge.schema import OutcomeStatus, outcome_status
+from trajforge.store.filters import TrajectoryFilter, model_error_sql
+from trajforge.store.sqlite import Store, interrupted
 
 SortKey = Literal[
     "created", "harness", "model", "environment", "task_id", "success", "steps", "tokens", "reward"
@@ -34,6 +35,8 @@ _SORT_COLUMNS: dict[str, str] = {
     "reward": "t.reward",
 }
 MAX_PER_PAGE = 500
+MAX_PAGE = 1_000_000
+"""A page past this is refused (its offset would be over 500 million runs)."""
 SNIPPET_MARKS = ("\x02", "\x03")
 """Start and end of a matched term in a snippet (control characters, never in the text)."""
 
@@ -45,7 +48,7 @@ class RunQuery(BaseModel):
     q: str | None = Field(default=None, description="Full-text query (FTS5 syntax).")
     sort: SortKey = Field(default="created", description="Column to sort by.")
     descending: bool = Field(default=True, description="Largest (newest) first.")
-    page: int = Field(default=1, ge=1, description="Page number, from 1.")
+    page: int = Field(default=1, ge=1, le=MAX_PAGE, description="Page number, from 1.")
     per_page: int = Field(default=50, ge=1, le=MAX_PER_PAGE, description="Runs per page.")
 
 
@@ -66,6 +69,8 @@ class RunSummary:
     tokens: int | None
     parent_id: str | None
     fork_index: int | None
+    status: OutcomeStatus = "unjudged"
+    """Success, failure, model error or unjudged (see `OutcomeStatus`)."""
     labels: list[str] = field(default_factory=list)
     """source:message per label."""
     faults: list[str] = field(default_factory=list)
@@ -87,7 +92,8 @@ class RunPage:
 
 _ROW_FIELDS = (
     "t.rowid, t.id, t.harness, t.model, t.environment, t.task_id, t.success, t.reward, t.run, "
-    "t.n_messages, t.n_steps, t.total_tokens, t.parent_id, t.fork_index, s.labels, s.faults"
+    "t.n_messages, t.n_steps, t.total_tokens, t.parent_id, t.fork_index, s.labels, s.faults, "
+    "t.termination_reason"
 )
 
 
@@ -154,6 +160,8 @@ def check_search(store: Store, q: str) -> None:
     try:
         store.db.execute(CHECK_SEARCH_SQL, (q,)).fetchone()
     except sqlite3.OperationalError as exc:
+        if interrupted(exc):
+            raise
         raise UserError(
             f"search query {q!r} is not valid: {str(exc).removeprefix('fts5: ')}. Write words, "
             '"quoted phrases", AND / OR / NOT, or prefix*; put text with symbols in double '
@@ -164,7 +172,7 @@ def check_search(store: Store, q: str) -> None:
 def _summary(row: tuple) -> RunSummary:
     """A row of `_ROW_FIELDS` as a summary."""
     (_, traj_id, harness, model, env, task, success, reward, run, n_messages, steps, tokens,
-     parent, fork_index, labels, faults) = row  # fmt: skip
+     parent, fork_index, labels, faults, termination) = row  # fmt: skip
     return RunSummary(
         id=traj_id,
         source=harness,
@@ -179,6 +187,7 @@ def _summary(row: tuple) -> RunSummary:
         tokens=tokens,
         parent_id=parent,
         fork_index=fork_index,
+        status=outcome_status(success, termination),
         labels=labels.split() if labels else [],
         faults=faults.split() if faults else [],
     )
@@ -421,20 +430,24 @@ class Activity(BaseModel):
     successes: int
     failures: int
     open: int
-    """Runs without an outcome yet (proxy sessions in progress)."""
+    """Runs without an outcome yet (proxy sessions in progress; model errors are not)."""
     faults: int
     """Injected faults over those runs."""
     messages: int
     last_at: float
+    model_errors: int = 0
+    """Runs a model or endpoint failure ended (neither successes nor failures)."""
 
 
 def activity_since(store: Store, since: float) -> list[Activity]:
     """What was written since `since` (Unix time), by source and run name, newest first."""
     sql = (
         "SELECT t.harness, t.run, count(*), coalesce(sum(t.success = 1), 0), "
-        "coalesce(sum(t.success = 0), 0), coalesce(sum(t.success IS NULL), 0), "
+        "coalesce(sum(t.success = 0), 0), "
+        f"coalesce(sum(t.success IS NULL AND NOT {model_error_sql('t.')}), 0), "
         "coalesce(sum(length(s.faults) - length(replace(s.faults, ' ', '')) + "
-        "(s.faults IS NOT NULL AND s.faults != '')), 0), sum(t.n_messages), max(t.created_at) "
+        "(s.faults IS NOT NULL AND s.faults != '')), 0), sum(t.n_messages), max(t.created_at), "
+        f"coalesce(sum({model_error_sql('t.')}), 0) "
         "FROM trajectories AS t LEFT JOIN run_search AS s ON s.rowid = t.rowid "
         "WHERE t.created_at > ? GROUP BY t.harness, t.run ORDER BY max(t.created_at) DESC"
     )

@@ -14,15 +14,18 @@ from pydantic import BaseModel
 from pydantic_core import to_json
 
 from trajforge.errors import UserError
-from trajforge.schema import FORMAT_VERSION, Outcome, Trajectory
+from trajforge.schema import FORMAT_VERSION, Outcome, OutcomeStatus, Trajectory, outcome_status
 from trajforge.store.filters import TrajectoryFilter
 from trajforge.store.migrations import migrate
-from trajforge.store.opening import check_is_trajforge, check_store_path, store_error
+from trajforge.store.opening import check_is_trajforge, check_store_path, open_store
 from trajforge.store.search_text import RunSearchText, run_search_text
 
 DEFAULT_DB = "trajforge.db"
 BULK_CHECKPOINT_PAGES = 65536
 BUSY_TIMEOUT_MS = 30000
+BUDGET_CHECK_STEPS = 1000
+"""SQLite virtual-machine steps between two looks at a read's time budget (FTS5 expanding a
+prefix* term takes about 0.1 s per 1000 steps on a big index)."""
 PENDING_INDEX_CHARS = 1_000_000
 DB_ENV_VAR = "TRAJFORGE_DB"
 
@@ -53,6 +56,20 @@ class TrajectoryRow(BaseModel):
     fork_index: int | None
     format: str | None
     source_file: str | None
+    termination_reason: str | None = None
+
+    @property
+    def status(self) -> OutcomeStatus:
+        """Success, failure, model error or unjudged (see `OutcomeStatus`)."""
+        return outcome_status(self.success, self.termination_reason)
+
+
+class StoreFull(UserError):
+    """The disk (or the store's page limit) is full: the transaction was rolled back."""
+
+
+class QueryTooSlow(UserError):
+    """A read ran past its time budget and SQLite stopped it (`Store.time_budget`)."""
 
 
 def default_db_path() -> Path:
@@ -160,19 +177,7 @@ class Store:
         self.path = Path(path) if path is not None else default_db_path()
         if str(self.path) != ":memory:":
             check_store_path(self.path)
-        self.db = sqlite3.connect(str(self.path), isolation_level=None, check_same_thread=False)
-        try:
-            self.db.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
-            check_is_trajforge(self.db, self.path)
-            self.db.execute("PRAGMA journal_mode=WAL")
-            self.db.execute("PRAGMA synchronous=NORMAL")
-            migrate(self.db)
-        except sqlite3.Error as exc:
-            self.db.close()
-            raise store_error(self.path, exc) from None
-        except BaseException:
-            self.db.close()
-            raise
+        self.db = open_store(self.path, _prepare, BUSY_TIMEOUT_MS / 1000)
         self._depth = 0
         self._savepoints: list[_PendingMark] = []
         """Where the held-back rows stood when each open savepoint began."""
@@ -207,12 +212,18 @@ class Store:
         try:
             yield
             self._write_pending_index()
-        except BaseException:
-            self._cut_pending(_PendingMark())
-            self.db.execute("ROLLBACK")
-            raise
-        else:
             self.db.execute("COMMIT")
+        except BaseException as exc:
+            self._cut_pending(_PendingMark())
+            if self.db.in_transaction:  # SQLite rolls back by itself on some errors
+                self.db.execute("ROLLBACK")
+            if isinstance(exc, sqlite3.Error) and _disk_full(exc):
+                raise StoreFull(
+                    f"{self.path}: the disk is full (SQLITE_FULL): nothing of this "
+                    "transaction was stored, and the store is as it was before it; free some "
+                    "space and run the command again"
+                ) from None
+            raise
         finally:
             self._depth = 0
 
@@ -233,11 +244,13 @@ class Store:
         try:
             yield
         except BaseException:
-            self.db.execute("ROLLBACK TO part")
+            if self.db.in_transaction:  # else SQLite rolled the whole transaction back
+                self.db.execute("ROLLBACK TO part")
             self._undo_pending(self._savepoints[-1])
             raise
         finally:
-            self.db.execute("RELEASE part")
+            if self.db.in_transaction:
+                self.db.execute("RELEASE part")
             self._savepoints.pop()
 
     @contextmanager
@@ -284,6 +297,27 @@ class Store:
             yield
         finally:
             self._defer_index = False
+
+    @contextmanager
+    def time_budget(self, seconds: float | None) -> Iterator[None]:
+        """Statements run inside stop with `QueryTooSlow` once the block has taken `seconds`
+        (SQLite's progress handler looks at the clock every `BUDGET_CHECK_STEPS` steps: a
+        query stops a fraction of a second past the deadline); None sets no limit."""
+        if seconds is None:
+            yield
+            return
+        deadline = time.monotonic() + seconds
+        self.db.set_progress_handler(lambda: time.monotonic() > deadline, BUDGET_CHECK_STEPS)
+        try:
+            yield
+        except sqlite3.OperationalError as exc:
+            if not interrupted(exc):
+                raise
+            raise QueryTooSlow(
+                f"the query took longer than its budget of {seconds:g} s and was stopped"
+            ) from None
+        finally:
+            self.db.set_progress_handler(None, 0)
 
     def _is_empty(self) -> bool:
         return self.db.execute("SELECT NOT EXISTS (SELECT 1 FROM trajectories)").fetchone()[0]
@@ -343,6 +377,25 @@ class Store:
                 (*_row_values(traj), time.time(), _to_json(traj)),
             )
             self._index(cursor.lastrowid, run_search_text(traj))
+
+    def rewrite(self, traj: Trajectory) -> None:
+        """Replace a stored run's document and columns in place: same id, row and
+        `created_at` (listings keep their order), full-text row written again."""
+        found = self.db.execute("SELECT rowid FROM trajectories WHERE id = ?", (traj.id,))
+        row = found.fetchone()
+        if row is None:
+            raise UserError(f"no trajectory with id '{traj.id}' in {self.path}")
+        names = [c.strip() for c in _COLUMNS.split(",")]
+        values = dict(zip(names, (*_row_values(traj), None, _to_json(traj)), strict=True))
+        del values["id"], values["created_at"]
+        assignments = ", ".join(f"{name} = ?" for name in values)
+        with self.transaction():
+            self.db.execute(
+                f"UPDATE trajectories SET {assignments} WHERE id = ?", (*values.values(), traj.id)
+            )
+            self._forget_pending({row[0]})
+            self.db.execute("DELETE FROM run_search WHERE rowid = ?", (row[0],))
+            self._index(row[0], run_search_text(traj))
 
     def _index(self, rowid: int | None, search: RunSearchText) -> None:
         """Write the run's full-text index row (same rowid as its `trajectories` row), or
@@ -493,8 +546,11 @@ class Store:
         return [row[-1] for row in self.db.execute(f"EXPLAIN QUERY PLAN {sql}", params)]
 
     def count(self, flt: TrajectoryFilter | None = None) -> int:
-        where, params = (flt or TrajectoryFilter()).where()
-        return self.db.execute(f"SELECT COUNT(*) FROM trajectories{where}", params).fetchone()[0]
+        """How many runs `query(flt)` yields (its limit included)."""
+        flt = flt or TrajectoryFilter()
+        where, params = flt.where()
+        found = self.db.execute(f"SELECT COUNT(*) FROM trajectories{where}", params).fetchone()[0]
+        return found if flt.limit is None else min(found, flt.limit)
 
     def _select(self, fields: str, flt: TrajectoryFilter | None) -> tuple[str, list]:
         flt = flt or TrajectoryFilter()
@@ -503,6 +559,28 @@ class Store:
         if flt.limit is not None:
             sql += f" LIMIT {int(flt.limit)}"
         return sql, params
+
+
+SQLITE_FULL = 13
+
+
+def _disk_full(exc: sqlite3.Error) -> bool:
+    code = getattr(exc, "sqlite_errorcode", None)
+    return code is not None and code & 0xFF == SQLITE_FULL
+
+
+def interrupted(exc: sqlite3.Error) -> bool:
+    """Whether SQLite stopped a statement on request (a time budget), not for a fault of its own."""
+    return isinstance(exc, sqlite3.OperationalError) and str(exc) == "interrupted"
+
+
+def _prepare(db: sqlite3.Connection, path: Path) -> None:
+    """Settings of every connection, then the schema brought up to date."""
+    db.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+    check_is_trajforge(db, path)
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute("PRAGMA synchronous=NORMAL")
+    migrate(db)
 
 
 def _to_json(traj: Trajectory) -> bytes:

@@ -28,6 +28,7 @@ def _counts(rows: list[TrajectoryRow]) -> dict[str, Any]:
         "successes": successes,
         "judged": len(judged),
         "success_rate": round(successes / len(judged), 4) if judged else None,
+        "model_errors": sum(1 for r in rows if r.status == "model_error"),
     }
 
 
@@ -59,6 +60,6 @@ def compute_stats(store: Store, flt: TrajectoryFilter | None = None) -> dict[str
         "tokens": distribution(tokens),
         "steps_by_outcome": {
             "success": distribution([r.n_steps for r in rows if r.success]),
-            "failure": distribution([r.n_steps for r in rows if r.success is False]),
+            "failure": distribution([r.n_steps for r in rows if r.status == "failure"]),
         },
     }

@@ -1,19 +1,20 @@
 """The web app: pages and a JSON API over one store (`create_app(UiConfig(...))`).
 
-Handlers are `async` and read the store on the event loop: every read is one short SQL
-query or document, and one connection serves them all without locks. Forking, which runs a
-policy, goes to a worker thread with its own connection.
+Handlers run on the event loop but read the store off it (`StoreReads`): each read, and the
+page rendered from it, runs in a worker thread on that thread's own connection and is
+stopped after `UiConfig.query_seconds`. Forking, which runs a policy, goes to a worker
+thread too, with a connection of its own that writes. Every state-changing request passes
+the rules of `guards` (same origin, a form body with this process's form token).
 """
 
 from __future__ import annotations
 
 import hmac
 import time
-from collections.abc import Mapping
 from pathlib import Path
-from urllib.parse import parse_qs
 
 from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, Field
@@ -25,17 +26,29 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from trajforge.diagnose.storage import load_diagnoses
 from trajforge.errors import UserError
 from trajforge.schema import Trajectory
-from trajforge.store import Store
+from trajforge.store import QueryTooSlow, Store
 from trajforge.store.runs import child_count, fork_tree, run_document
 from trajforge.store.training import TrainingRun, training_run, training_runs
 from trajforge.web import compare, datasets, forks, live, run_view, runs, tokens, training
 from trajforge.web.forking import fork_form, run_fork
-from trajforge.web.html import error_page, page
+from trajforge.web.guards import (
+    FormToken,
+    NotFound,
+    Refused,
+    error_response,
+    posted_form,
+    refuse_cross_site,
+    refused,
+)
+from trajforge.web.html import page
+from trajforge.web.params import whole
 from trajforge.web.queries import run_query
+from trajforge.web.reading import StoreReads
 from trajforge.web.risk import RiskScorer
 
 STATIC = Path(__file__).with_name("static")
 TOKEN_COOKIE = "trajforge_token"
+QUERY_SECONDS = 5.0
 
 
 class UiConfig(BaseModel):
@@ -52,27 +65,31 @@ class UiConfig(BaseModel):
         description="Failure-detector model file for risk curves and stop points "
         "(default: the monitor's rule detector, which has no stop threshold).",
     )
-
-
-class NotFound(UserError):
-    """A run, page or resource that does not exist (HTTP 404)."""
+    query_seconds: float | None = Field(
+        default=QUERY_SECONDS,
+        gt=0,
+        description="Time budget of one page's store reads: past it the query is stopped and "
+        "the page is a 503 that says so (None: no budget).",
+    )
 
 
 def create_app(config: UiConfig) -> FastAPI:
     if not config.db.exists():
         raise UserError(f"no store at {config.db}; import something first (trajforge import PATH)")
-    store = Store(config.db)
+    Store(config.db).close()  # migrates an older store once, before the readers open it
+    reads = StoreReads(config.db, config.query_seconds)
     scorer = RiskScorer(config.monitor)
     app = FastAPI(title="trajforge", docs_url=None, redoc_url=None, openapi_url=None)
-    app.state.store = store
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
+    refuse_cross_site(app)
     _install_guards(app, config.token)
     app.add_middleware(ServerTiming)
-    _pages(app, store, scorer, config)
-    _views(app, store, config)
-    _api(app, store)
-    _training(app, store)
-    app.router.on_shutdown.append(store.close)
+    _pages(app, reads, scorer, config)
+    _fork_routes(app, reads, config)
+    _views(app, reads, config)
+    _api(app, reads)
+    _training(app, reads)
+    app.router.on_shutdown.append(reads.close)
     return app
 
 
@@ -80,21 +97,32 @@ def _install_guards(app: FastAPI, token: str | None) -> None:
     if token is not None:
         _require_token(app, token)
 
-    @app.exception_handler(NotFound)
-    async def not_found(request: Request, exc: NotFound) -> Response:
-        return _error(request, 404, "not found", str(exc))
+    @app.exception_handler(Refused)
+    async def refused_request(request: Request, exc: Refused) -> Response:
+        return refused(request, exc)
+
+    @app.exception_handler(QueryTooSlow)
+    async def too_slow(request: Request, exc: QueryTooSlow) -> Response:
+        message = f"{exc}: narrow the search (fewer prefix* terms, more words) or the filters"
+        return error_response(request, 503, "too slow", message)
 
     @app.exception_handler(UserError)
     async def user_error(request: Request, exc: UserError) -> Response:
-        return _error(request, 400, "cannot show this", str(exc))
+        return error_response(request, 400, "cannot show this", str(exc))
+
+    @app.exception_handler(RequestValidationError)
+    async def bad_parameter(request: Request, exc: RequestValidationError) -> Response:
+        problem = exc.errors()[0]
+        where = ".".join(str(part) for part in problem.get("loc", ()))
+        return error_response(request, 400, "cannot show this", f"{where}: {problem['msg']}")
 
     @app.exception_handler(404)
     async def no_route(request: Request, exc: Exception) -> Response:
-        return _error(request, 404, "not found", f"no page at {request.url.path}")
+        return error_response(request, 404, "not found", f"no page at {request.url.path}")
 
     @app.exception_handler(Exception)
     async def internal(request: Request, exc: Exception) -> Response:
-        return _error(request, 500, "internal error", f"{type(exc).__name__}: {exc}")
+        return error_response(request, 500, "internal error", f"{type(exc).__name__}: {exc}")
 
 
 def _require_token(app: FastAPI, token: str) -> None:
@@ -104,7 +132,7 @@ def _require_token(app: FastAPI, token: str) -> None:
     async def require_token(request: Request, call_next) -> Response:
         given = _given_token(request)
         if given is None or not hmac.compare_digest(given.encode(), token.encode()):
-            return _error(
+            return error_response(
                 request,
                 401,
                 "token required",
@@ -147,12 +175,6 @@ def _given_token(request: Request) -> str | None:
     return request.query_params.get("token") or request.cookies.get(TOKEN_COOKIE)
 
 
-def _error(request: Request, status: int, title: str, message: str) -> Response:
-    if request.url.path.startswith("/api/"):
-        return JSONResponse({"error": message}, status_code=status)
-    return HTMLResponse(error_page(title, message), status_code=status)
-
-
 def _params(request: Request) -> dict[str, str]:
     return {k: v for k, v in request.query_params.items() if k != "token"}
 
@@ -168,26 +190,34 @@ def _get(store: Store, traj_id: str) -> Trajectory:
         raise NotFound(str(exc)) from None
 
 
-def _pages(app: FastAPI, store: Store, scorer: RiskScorer, config: UiConfig) -> None:
+def _pages(app: FastAPI, reads: StoreReads, scorer: RiskScorer, config: UiConfig) -> None:
     """The runs page and the pages of one run."""
 
     @app.get("/", response_class=HTMLResponse)
     async def runs_page(request: Request) -> HTMLResponse:
         params = _params(request)
-        return _html("Runs", runs.runs_page(store, params, scorer.from_file), "/")
+        body = await reads(lambda store: runs.runs_page(store, params, scorer.from_file))
+        return _html("Runs", body, "/")
 
     @app.get("/runs/{traj_id}", response_class=HTMLResponse)
     async def run_page(request: Request, traj_id: str) -> HTMLResponse:
-        traj = _get(store, traj_id)
-        diagnoses = load_diagnoses(store, [traj.id])
-        body = run_view.run_view(traj, diagnoses, _params(request), child_count(store, traj.id))
-        return _html(f"Run {traj.id[:12]}", body)
+        params = _params(request)
+
+        def render(store: Store) -> tuple[str, str]:
+            traj = _get(store, traj_id)
+            diagnoses = load_diagnoses(store, [traj.id])
+            count = child_count(store, traj.id)
+            return traj.id, run_view.run_view(traj, diagnoses, params, count)
+
+        full_id, body = await reads(render)
+        return _html(f"Run {full_id[:12]}", body)
 
     @app.get("/api/risk")
     async def api_risk(ids: str = "") -> JSONResponse:
         """{id: failure risk after the run's last step} for up to 100 comma-separated ids."""
         wanted = [i for i in ids.split(",") if i][:100]
-        return JSONResponse({i: scorer.latest(_get(store, i)) for i in wanted})
+        risks = await reads(lambda store: {i: scorer.latest(_get(store, i)) for i in wanted})
+        return JSONResponse(risks)
 
     @app.get("/runs/{traj_id}/risk", response_class=HTMLResponse)
     async def risk_fragment(traj_id: str) -> HTMLResponse:
@@ -197,108 +227,130 @@ def _pages(app: FastAPI, store: Store, scorer: RiskScorer, config: UiConfig) -> 
             else "rule detector: start the UI with --monitor MODEL for a learned risk and its "
             "stop threshold"
         )
-        return HTMLResponse(run_view.risk_block(scorer.curve(_get(store, traj_id)), note))
+        curve = await reads(lambda store: scorer.curve(_get(store, traj_id)))
+        return HTMLResponse(run_view.risk_block(curve, note))
 
     @app.get("/runs/{traj_id}/tree", response_class=HTMLResponse)
     async def tree_page(traj_id: str) -> HTMLResponse:
-        full_id = _get(store, traj_id).id
-        return _html("Fork tree", forks.tree_view(fork_tree(store, full_id), full_id))
+        def render(store: Store) -> str:
+            full_id = _get(store, traj_id).id
+            return forks.tree_view(fork_tree(store, full_id), full_id)
+
+        return _html("Fork tree", await reads(render))
 
     @app.get("/runs/{traj_id}/tokens", response_class=HTMLResponse)
     async def tokens_page(traj_id: str) -> HTMLResponse:
-        return _html("Tokens", tokens.token_view(_get(store, traj_id)))
+        body = await reads(lambda store: tokens.token_view(_get(store, traj_id)))
+        return _html("Tokens", body)
+
+
+def _fork_routes(app: FastAPI, reads: StoreReads, config: UiConfig) -> None:
+    """ "Fork from here": the form, and the post that runs it (with the form token)."""
+    form_token = FormToken()
 
     @app.get("/runs/{traj_id}/fork", response_class=HTMLResponse)
-    async def fork_page(traj_id: str, at: int) -> HTMLResponse:
-        return _html("Fork", fork_form(_get(store, traj_id), at, config.db))
+    async def fork_page(request: Request, traj_id: str) -> HTMLResponse:
+        at = whole(request.query_params, "at")
+        field = form_token.field()
+        body = await reads(lambda store: fork_form(_get(store, traj_id), at, config.db, field))
+        return _html("Fork", body)
 
     @app.post("/runs/{traj_id}/fork")
     async def fork_run(request: Request, traj_id: str) -> Response:
-        # an urlencoded form, read without the multipart parser FastAPI would want
-        form = {k: v[-1] for k, v in parse_qs((await request.body()).decode()).items()}
-        parent = _get(store, traj_id)
-        child_id = await run_in_threadpool(run_fork, config.db, parent.id, form)
+        form = await posted_form(request, form_token)
+        parent_id = await reads(lambda store: _get(store, traj_id).id)
+        child_id = await run_in_threadpool(run_fork, config.db, parent_id, form)
         return RedirectResponse(f"/runs/{child_id}", status_code=303)
 
 
-def _views(app: FastAPI, store: Store, config: UiConfig) -> None:
+def _views(app: FastAPI, reads: StoreReads, config: UiConfig) -> None:
     """Pages over several runs: diff, compare, live, datasets."""
 
     @app.get("/diff", response_class=HTMLResponse)
     async def diff_page(a: str = "", b: str = "") -> HTMLResponse:
         if not a or not b:
             raise UserError("a diff needs two runs: /diff?a=ID&b=ID")
-        return _html("Diff", forks.diff_view(_get(store, a), _get(store, b)))
+        body = await reads(lambda store: forks.diff_view(_get(store, a), _get(store, b)))
+        return _html("Diff", body)
 
     @app.get("/compare", response_class=HTMLResponse)
     async def compare_page(request: Request) -> HTMLResponse:
-        specs = compare.group_specs(
-            store, request.query_params.getlist("g"), request.query_params.get("by")
-        )
-        specs = [s for s in specs if s]
-        return _html("Compare", compare.compare_page(store, specs), "/compare")
+        wanted, by = request.query_params.getlist("g"), request.query_params.get("by")
+
+        def render(store: Store) -> str:
+            specs = [s for s in compare.group_specs(store, wanted, by) if s]
+            return compare.compare_page(store, specs)
+
+        return _html("Compare", await reads(render), "/compare")
 
     @app.get("/live", response_class=HTMLResponse)
     async def live_page() -> HTMLResponse:
-        return _html("Live", live.live_page(store), "/live")
+        return _html("Live", await reads(live.live_page), "/live")
 
     @app.get("/live/activity", response_class=HTMLResponse)
     async def live_activity() -> HTMLResponse:
-        return HTMLResponse(live.activity_block(store))
+        return HTMLResponse(await reads(live.activity_block))
 
     @app.get("/datasets", response_class=HTMLResponse)
     async def datasets_page() -> HTMLResponse:
-        return _html("Datasets", datasets.datasets_page(store, str(config.db)), "/datasets")
+        body = await reads(lambda store: datasets.datasets_page(store, str(config.db)))
+        return _html("Datasets", body, "/datasets")
 
 
-def _api(app: FastAPI, store: Store) -> None:
+def _api(app: FastAPI, reads: StoreReads) -> None:
     @app.get("/api/runs")
     async def api_runs(request: Request) -> JSONResponse:
-        return JSONResponse(runs.api_runs(store, _params(request)))
+        params = _params(request)
+        return JSONResponse(await reads(lambda store: runs.api_runs(store, params)))
 
     @app.get("/api/runs/{traj_id}")
     async def api_run(traj_id: str) -> Response:
-        try:
-            document = run_document(store, traj_id)
-        except UserError as exc:
-            raise NotFound(str(exc)) from None
-        return Response(document, media_type="application/json")
+        def document(store: Store) -> bytes:
+            try:
+                return run_document(store, traj_id)
+            except UserError as exc:
+                raise NotFound(str(exc)) from None
+
+        return Response(await reads(document), media_type="application/json")
 
     @app.get("/api/runs/{traj_id}/tree")
     async def api_tree(traj_id: str) -> JSONResponse:
-        full_id = _get(store, traj_id).id
-        return JSONResponse(fork_tree(store, full_id).model_dump())
+        def tree(store: Store) -> dict:
+            return fork_tree(store, _get(store, traj_id).id).model_dump()
+
+        return JSONResponse(await reads(tree))
 
     @app.get("/api/diff")
-    async def api_diff(a: str, b: str) -> JSONResponse:
-        first, second = _get(store, a), _get(store, b)
-        rows = forks.alignment(first, second)
-        return JSONResponse(
-            {
-                "a": first.id,
-                "b": second.id,
-                "first_difference": forks.first_difference(rows),
-                "rows": [{"tag": t, "a": i, "b": j} for t, i, j in rows],
-            }
-        )
+    async def api_diff(a: str = "", b: str = "") -> JSONResponse:
+        if not a or not b:
+            raise UserError("a diff needs two runs: /api/diff?a=ID&b=ID")
+        first, second = await reads(lambda store: (_get(store, a), _get(store, b)))
+        return JSONResponse(_diff_json(first, second))
 
     @app.get("/api/events")
     async def api_events(request: Request) -> StreamingResponse:
         params = _params(request)
         run_query(params)  # a bad filter is an error before the stream starts
 
-        def render(traj_id: str, page_params: Mapping[str, str]) -> tuple[str, dict] | None:
-            return runs.live_row(store, traj_id, page_params)
-
-        stream = live.run_events(store, request, params, render)
+        stream = await live.run_events(reads, request, params, runs.live_row)
         headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
         return StreamingResponse(stream, media_type="text/event-stream", headers=headers)
 
 
-def _training(app: FastAPI, store: Store) -> None:
+def _diff_json(first: Trajectory, second: Trajectory) -> dict:
+    rows = forks.alignment(first, second)
+    return {
+        "a": first.id,
+        "b": second.id,
+        "first_difference": forks.first_difference(rows),
+        "rows": [{"tag": t, "a": i, "b": j} for t, i, j in rows],
+    }
+
+
+def _training(app: FastAPI, reads: StoreReads) -> None:
     """Training runs that record into this store, live (`?run=NAME` narrows to one)."""
 
-    def selected(name: str) -> list[TrainingRun]:
+    def selected(store: Store, name: str) -> list[TrainingRun]:
         if not name:
             return training_runs(store)
         run = training_run(store, name)
@@ -308,16 +360,18 @@ def _training(app: FastAPI, store: Store) -> None:
 
     @app.get("/training", response_class=HTMLResponse)
     async def training_page(run: str = "") -> HTMLResponse:
-        return _html("Training", training.training_page(store, selected(run)), "/training")
+        body = await reads(lambda store: training.training_page(store, selected(store, run)))
+        return _html("Training", body, "/training")
 
     @app.get("/api/training")
     async def api_training(run: str = "") -> JSONResponse:
-        return JSONResponse(training.api_training(store, selected(run)))
+        body = await reads(lambda store: training.api_training(store, selected(store, run)))
+        return JSONResponse(body)
 
     @app.get("/api/training/events")
-    async def api_training_events(
-        request: Request, after: int | None = None, run: str = ""
-    ) -> StreamingResponse:
-        stream = training.training_events(store, request, after, run)
+    async def api_training_events(request: Request, run: str = "") -> StreamingResponse:
+        raw_after = request.query_params.get("after")
+        after = None if raw_after in (None, "") else whole(request.query_params, "after")
+        stream = await training.training_events(reads, request, after, run)
         headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
         return StreamingResponse(stream, media_type="text/event-stream", headers=headers)

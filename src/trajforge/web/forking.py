@@ -14,9 +14,13 @@ from trajforge.rollout.fork import check_fork_index, fork
 from trajforge.schema import Trajectory
 from trajforge.store import Store
 from trajforge.web.html import h, run_link
+from trajforge.web.params import whole
 
 POLICIES = ("expert", "noisy-expert", "replay")
 """Policies the UI offers (they need no model endpoint); the command line offers them all."""
+MAX_MESSAGES = 10_000_000
+"""Bound of a fork point (`check_fork_index` then checks it against the run)."""
+MAX_SEED = 2**32 - 1
 
 
 def fork_command(traj: Trajectory, at: int, db: Path, policy: str = "expert") -> str:
@@ -25,7 +29,8 @@ def fork_command(traj: Trajectory, at: int, db: Path, policy: str = "expert") ->
     )
 
 
-def fork_form(traj: Trajectory, at: int, db: Path) -> str:
+def fork_form(traj: Trajectory, at: int, db: Path, token_field: str) -> str:
+    """The page: the command, and a form (with `token_field`, the form token) that runs it."""
     check_fork_index(traj, at)
     command = fork_command(traj, at, db)
     head = (
@@ -42,7 +47,7 @@ def fork_form(traj: Trajectory, at: int, db: Path) -> str:
         )
     options = "".join(f"<option>{p}</option>" for p in POLICIES)
     return head + (
-        f'<form method="post" action="/runs/{h(traj.id)}/fork" id="fork-form">'
+        f'<form method="post" action="/runs/{h(traj.id)}/fork" id="fork-form">{token_field}'
         f'<input type="hidden" name="at" value="{at}">'
         f"<label>policy <select name=policy>{options}</select></label> "
         '<label>seed <input name="seed" value="0" size=4></label> '
@@ -55,7 +60,8 @@ def run_fork(db: Path, parent_id: str, form: Mapping[str, object]) -> str:
     policy = str(form.get("policy") or "expert")
     if policy not in POLICIES:
         raise UserError(f"policy must be one of {', '.join(POLICIES)}, got '{policy}'")
-    at, seed = _whole(form, "at"), _whole(form, "seed", 0)
+    at = whole(form, "at", high=MAX_MESSAGES)
+    seed = whole(form, "seed", 0, high=MAX_SEED)
     with Store(db) as store:
         parent = store.get(parent_id)
         check_fork_index(parent, at)
@@ -64,10 +70,3 @@ def run_fork(db: Path, parent_id: str, form: Mapping[str, object]) -> str:
         with store.transaction():
             store.add(child)
     return child.id
-
-
-def _whole(form: Mapping[str, object], key: str, default: int | None = None) -> int:
-    raw = str(form.get(key) or ("" if default is None else default))
-    if not raw.isdigit():
-        raise UserError(f"{key} must be a whole number, got '{raw}'")
-    return int(raw)

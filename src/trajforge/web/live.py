@@ -10,9 +10,10 @@ from collections.abc import AsyncIterator, Callable, Mapping
 import orjson
 from starlette.requests import Request
 
-from trajforge.store import Store
+from trajforge.store import QueryTooSlow, Store
 from trajforge.store.runs import activity_since, changes_since, latest_position, recent_runs
 from trajforge.web.html import h, outcome_badge, run_link, table
+from trajforge.web.reading import StoreReads
 
 POLL_S = 0.5
 KEEPALIVE_S = 15.0
@@ -20,13 +21,20 @@ WINDOW_S = 3600.0
 """The live page shows what was written in the last hour."""
 
 
-async def poll_stream(request: Request, poll: Callable[[], list[bytes]]) -> AsyncIterator[bytes]:
-    """An event stream: what `poll()` returns every `POLL_S` (ready `event:` messages), and
-    a comment now and then while nothing happens, until the client goes away."""
+async def poll_stream(
+    request: Request, reads: StoreReads, poll: Callable[[Store], list[bytes]]
+) -> AsyncIterator[bytes]:
+    """An event stream: what `poll(store)` returns every `POLL_S` (ready `event:` messages,
+    read off the event loop), and a comment now and then while nothing happens, until the
+    client goes away. A poll past the time budget sends nothing and the next one tries
+    again (`poll` moves its position only when it returns)."""
     yield b": watching\n\n"
     quiet = 0.0
     while not await request.is_disconnected():
-        events = poll()
+        try:
+            events = await reads(poll)
+        except QueryTooSlow:
+            events = []
         for message in events:
             yield message
         quiet = 0.0 if events else quiet + POLL_S
@@ -40,29 +48,31 @@ def event(kind: str, data: dict) -> bytes:
     return b"event: " + kind.encode() + b"\ndata: " + orjson.dumps(data) + b"\n\n"
 
 
-def run_events(
-    store: Store,
+async def run_events(
+    reads: StoreReads,
     request: Request,
     params: Mapping[str, str],
-    render_row: Callable[[str, Mapping[str, str]], tuple[str, dict] | None],
+    render_row: Callable[[Store, str, Mapping[str, str]], tuple[str, dict] | None],
 ) -> AsyncIterator[bytes]:
     """`event: run` for every run written from now on that matches the page's filters, with
     its runs-table row as HTML and as JSON."""
-    rowid, created_at = latest_position(store)
+    rowid, created_at = await reads(latest_position)
 
-    def poll() -> list[bytes]:
+    def poll(store: Store) -> list[bytes]:
         nonlocal rowid, created_at
+        changes = changes_since(store, rowid, created_at)
         events = []
-        for change in changes_since(store, rowid, created_at):
-            rowid = max(rowid, change.rowid)
-            created_at = max(created_at, change.created_at)
-            shown = render_row(change.id, params)
+        for change in changes:
+            shown = render_row(store, change.id, params)
             if shown is not None:
                 row_html, row_json = shown
                 events.append(event("run", {"id": change.id, "html": row_html, "run": row_json}))
+        for change in changes:  # moved once every change is rendered
+            rowid = max(rowid, change.rowid)
+            created_at = max(created_at, change.created_at)
         return events
 
-    return poll_stream(request, poll)
+    return poll_stream(request, reads, poll)
 
 
 def activity_block(store: Store) -> str:

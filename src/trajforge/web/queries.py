@@ -9,7 +9,8 @@ from pydantic import ValidationError
 
 from trajforge.errors import UserError
 from trajforge.store import TrajectoryFilter
-from trajforge.store.runs import MAX_PER_PAGE, RunQuery, SortKey
+from trajforge.store.runs import MAX_PAGE, MAX_PER_PAGE, RunQuery, SortKey
+from trajforge.web.params import whole
 
 FILTER_KEYS = ("harness", "model", "env", "task", "outcome", "run", "forks")
 """URL parameters that select runs (`--harness`, `--model`, `--env`, `--task`, `--outcome`
@@ -50,19 +51,11 @@ def run_query(params: Mapping[str, str]) -> RunQuery:
             q=(params.get("q") or "").strip() or None,
             sort=sort,
             descending=direction == "desc",
-            page=_positive(params, "page", 1),
-            per_page=_positive(params, "per_page", 50),
+            page=whole(params, "page", 1, low=1, high=MAX_PAGE),
+            per_page=whole(params, "per_page", 50, low=1, high=MAX_PER_PAGE),
         )
     except ValidationError as exc:
-        message = exc.errors()[0]["msg"]
-        raise UserError(f"per_page must be at most {MAX_PER_PAGE}: {message}") from None
-
-
-def _positive(params: Mapping[str, str], key: str, default: int) -> int:
-    raw = params.get(key) or str(default)
-    if not raw.isdigit() or int(raw) < 1:
-        raise UserError(f"{key} must be a whole number from 1, got '{raw}'")
-    return int(raw)
+        raise UserError(f"cannot read this page's parameters: {exc.errors()[0]['msg']}") from None
 
 
 def state(params: Mapping[str, str], **changes: object) -> dict[str, object]:

@@ -99,18 +99,57 @@ def _heading(traj: Trajectory, children: int) -> str:
     )
 
 
+VERIFIED_MEANS = (
+    "verified: the correction at the decisive message passes (by fork: the expert continuing "
+    "after it succeeds; by evidence: the cited messages and the call's schema check out). It "
+    "does not say the decisive message is the run's first mistake."
+)
+
+
 def _diagnoses_block(traj: Trajectory, diagnoses: list[Diagnosis]) -> str:
     if not diagnoses:
         return ""
     items = []
     for d in diagnoses:
-        step = "" if d.step is None else f" at {link(f'#m-{d.step}', f'message {d.step}')}"
+        step = "" if d.step is None else f" at {_message_link(d.step)}"
         verdict = "verified" if d.verified else "not verified"
+        fix = f"<br>correction: <code>{h(d.correction.text())}</code>" if d.correction else ""
         items.append(
             f"<li><b>{h(d.category or 'uncategorized')}</b> by {h(d.method)}{step}"
-            f" ({verdict}): {h(d.explanation)}</li>"
+            f" ({verdict}): {h(d.explanation)}{_localizations(d)}{fix}</li>"
         )
-    return f'<section class="diagnoses"><h2>Diagnoses</h2><ul>{"".join(items)}</ul></section>'
+    return (
+        f'<section class="diagnoses"><h2>Diagnoses</h2><ul>{"".join(items)}</ul>'
+        f'<p class="dim">{h(VERIFIED_MEANS)}</p></section>'
+    )
+
+
+def _message_link(index: int) -> str:
+    return link(f"#m-{index}", f"message {index}")
+
+
+def _localizations(d: Diagnosis) -> str:
+    """The point of no return and the first deviation, named (counterfactual diagnoses)."""
+    parts = []
+    if d.point_of_no_return is not None:
+        parts.append(
+            f"point of no return: {_message_link(d.point_of_no_return)} (the last message "
+            "from which the expert still succeeds)"
+        )
+    found = d.first_deviation
+    if found is not None:
+        fix = (
+            f"; correction there: <code>{h(found.correction.text())}</code>"
+            if found.correction
+            else ""
+        )
+        repaired = "" if found.repaired is None else f" ({h(found.repair_detail)})"
+        parts.append(
+            f'<span class="first-deviation">first deviation: '
+            f"{_message_link(found.message_index)}, {h(found.reason)}: {h(found.detail)}"
+            f"{fix}{repaired}</span>"
+        )
+    return "".join(f"<br>{part}" for part in parts)
 
 
 def risk_block(curve: RiskCurve | None, note: str) -> str:
@@ -126,16 +165,21 @@ def risk_block(curve: RiskCurve | None, note: str) -> str:
     )
     threshold = "" if curve.threshold is None else f", threshold {curve.threshold:.3f}"
     marker = ""
-    if curve.stop_message is not None:  # app.js puts this note on the stop message
-        note = f'<div class="note stop">monitor would stop here (step {curve.stop_step})</div>'
+    if curve.stop_message is not None:  # app.js puts this markup on the stop message
+        stop_note = f'<div class="note stop">monitor would stop here (step {curve.stop_step})</div>'
         marker = (
-            f'<span hidden data-stop-message="{curve.stop_message}" data-note="{h(note)}"></span>'
+            f'<span hidden data-stop-message="{curve.stop_message}" '
+            f'data-note="{h(stop_note)}"></span>'
         )
     return (
         f"<h2>Failure risk ({h(curve.detector)}{threshold})</h2>"
         f"{risk_plot(curve.risks, curve.threshold, curve.stop_step, labels)}"
         f'<p class="dim">{stop}. {h(note)}</p>{marker}'
     )
+
+
+def _pnr(d: Diagnosis) -> str:
+    return ", point of no return" if d.point_of_no_return is not None else ""
 
 
 def _annotations(traj: Trajectory, diagnoses: list[Diagnosis]) -> dict[int, list[str]]:
@@ -155,9 +199,15 @@ def _annotations(traj: Trajectory, diagnoses: list[Diagnosis]) -> dict[int, list
         cites = ", ".join(link(f"#m-{e.message_index}", e.message_index) for e in d.evidence)
         cited = f" (evidence: {cites})" if cites else ""
         notes[d.step].append(
-            f'<div class="note diagnosis">diagnosis {h(d.method)}: '
+            f'<div class="note diagnosis">diagnosis {h(d.method)}{_pnr(d)}: '
             f"<b>{h(d.category)}</b> {h(d.explanation)}{cited}</div>"
         )
+        if d.first_deviation is not None:
+            found = d.first_deviation
+            notes[found.message_index].append(
+                f'<div class="note diagnosis">first deviation ({h(d.method)}): '
+                f"<b>{h(found.reason)}</b> {h(found.detail)}</div>"
+            )
         for e in d.evidence:
             notes[e.message_index].append(
                 f'<div class="note evidence">cited by the {h(d.method)} diagnosis: '

@@ -29,6 +29,7 @@ from trajforge.store.training import (
 from trajforge.web.html import h
 from trajforge.web.live import event, poll_stream
 from trajforge.web.plots import Point, series_plot
+from trajforge.web.reading import StoreReads
 
 COLUMNS = ["iteration", "reward", "train success", "correlation", "max |Δlogp|", "KL", "loss",
            "episodes", "episodes/s", "tokens/s", "drift dropped", "stopped", "held-out (95% CI)",
@@ -220,19 +221,18 @@ def _clock(at: float | None) -> str:
     return time.strftime("%H:%M:%S", time.localtime(at)) if at else "—"
 
 
-def training_events(
-    store: Store, request: Request, after: int | None, only: str = ""
+async def training_events(
+    reads: StoreReads, request: Request, after: int | None, only: str = ""
 ) -> AsyncIterator[bytes]:
     """`event: iteration` whenever a loop writes a row after `after` (default: now), of run
     `only` if given: the run's whole section, re-rendered with the new row marked."""
-    seq = latest_iteration_seq(store) if after is None else after
+    seq = await reads(latest_iteration_seq) if after is None else after
 
-    def poll() -> list[bytes]:
+    def poll(store: Store) -> list[bytes]:
         nonlocal seq
         changes = iteration_changes_since(store, seq)
         if not changes:
             return []
-        seq = changes[-1].seq
         newest = {c.run: c.iteration for c in changes if not only or c.run == only}
         events = []
         for name, iteration in newest.items():
@@ -241,6 +241,7 @@ def training_events(
                 html = run_section(store, run, fresh=iteration)
                 data = {"run": name, "iteration": iteration, "html": html}
                 events.append(event("iteration", data))
+        seq = changes[-1].seq  # moved once every change is rendered
         return events
 
-    return poll_stream(request, poll)
+    return poll_stream(request, reads, poll)

@@ -17,6 +17,7 @@ from trajforge.diagnose.storage import load_diagnoses
 from trajforge.errors import UserError
 from trajforge.generate.guided.search import GuidedRecovery, RecoveryResult
 from trajforge.generate.rows import Writer, run_rows, write_forms
+from trajforge.models.retry import require_an_answer
 from trajforge.schema import Trajectory
 from trajforge.store import Store, TrajectoryFilter
 
@@ -111,6 +112,10 @@ def recover_store(
     for diagnosis in load_diagnoses(store, [t.id for t in runs]):
         stored.setdefault(diagnosis.trajectory_id, []).append(diagnosis)
     report, demos = recover_runs(runs, recovery, stored, on_run)
+    attempts = [a for result in report.results for a in result.attempts]
+    require_an_answer(
+        [a.model_failure for a in attempts], what="teacher run", kept="nothing was recovered"
+    )
     report.skipped = len(failures) - len(runs)
     if save and demos:
         store.add_many(demos)

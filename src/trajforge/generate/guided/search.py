@@ -40,6 +40,7 @@ from trajforge.generate.guided.guidance import (
 )
 from trajforge.generate.guided.leak import LeakConfig, find_leaks
 from trajforge.generate.guided.teacher import GuidedPolicy, InterveningPolicy, strip
+from trajforge.models.retry import model_failure
 from trajforge.rollout.episode import Limits
 from trajforge.rollout.fork import ForkOptions, fork
 from trajforge.schema import Message, Trajectory
@@ -81,6 +82,9 @@ class Attempt(BaseModel):
     success: bool
     reward: float | None = None
     leaks: list[str] = Field(default_factory=list, description="Why it was rejected.")
+    model_failure: str | None = Field(
+        default=None, description="Why the model could not be reached, when that ended it."
+    )
 
 
 class RecoveryResult(BaseModel):
@@ -279,6 +283,7 @@ class GuidedRecovery:
             round=guidance.round,
             success=bool(child.outcome.success),
             reward=child.outcome.reward,
+            model_failure=model_failure(child),
         )
         result.rounds += 1
         result.attempts.append(attempt)
@@ -357,6 +362,7 @@ class GuidedRecovery:
                     at=job.at,
                     success=success,
                     reward=child.outcome.reward,
+                    model_failure=model_failure(child),
                 )
             )
 

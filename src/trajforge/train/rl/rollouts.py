@@ -13,7 +13,7 @@ recorded session, with the server's token ids and logprobs, becomes RL samples b
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,8 +31,14 @@ from trajforge.proxy.config import MonitorStopConfig
 from trajforge.proxy.session import trajectory_id
 from trajforge.rollout.episode import Limits, run_episode
 from trajforge.schema import Task, Trajectory
-from trajforge.serve.app import StudentApp
-from trajforge.serve.reload import RELOAD_PATH, add_reload_route, codec_identity
+from trajforge.serve.app import ServeConfig, StudentApp
+from trajforge.serve.reload import (
+    RELOAD_PATH,
+    add_reload_route,
+    codec_identity,
+    new_reload_token,
+    reload_headers,
+)
 from trajforge.serve.student import Student
 from trajforge.store import Store
 
@@ -62,6 +68,7 @@ class RolloutStats:
     model_tokens: int
     drift_cuts: int
     unrecorded: int
+    model_errors: int = 0
 
     def as_row(self) -> dict[str, float]:
         wall = max(self.seconds, 1e-9)
@@ -72,6 +79,7 @@ class RolloutStats:
             "tokens_per_s": round(self.model_tokens / wall, 1),
             "drift_points_dropped": self.drift_cuts,
             "unrecorded_episodes": self.unrecorded,
+            "model_error_episodes": self.model_errors,
         }
 
 
@@ -79,8 +87,10 @@ class RolloutService:
     """`trajforge serve` for a checkpoint and `trajforge proxy` in front of it, on loopback."""
 
     def __init__(self, checkpoint: Path, db: Path, max_batch: int = 64) -> None:
-        self.served = StudentApp(Student(checkpoint), max_batch=max_batch, max_wait_ms=5.0)
-        add_reload_route(self.served)
+        config = ServeConfig(max_batch=max_batch, max_wait_ms=5.0)
+        self.served = StudentApp(Student(checkpoint), config)
+        self._reload_token = new_reload_token()
+        add_reload_route(self.served, self._reload_token)
         self.server = BackgroundServer(self.served.app)
         self.db = db
         self.proxy: ProxyServer | None = None
@@ -113,19 +123,30 @@ class RolloutService:
     def reload(self, checkpoint: Path) -> None:
         """Swap the served weights for `checkpoint`'s, over HTTP."""
         reply = httpx.post(
-            f"{self.server.url}{RELOAD_PATH}", json={"checkpoint": str(checkpoint)}, timeout=120
+            f"{self.server.url}{RELOAD_PATH}",
+            json={"checkpoint": str(checkpoint)},
+            headers=reload_headers(self._reload_token),
+            timeout=120,
         )
         if reply.status_code != 200:
             raise UserError(f"reloading {checkpoint} failed: {reply.text}")
 
     def run(
         self, jobs: Sequence[tuple[str, str, Task]], limits: Limits, model: OpenAIModelConfig,
-        concurrency: int,
+        concurrency: int, on_episode: Callable[[Trajectory], None] | None = None,
     ) -> tuple[list[Episode], RolloutStats]:  # fmt: skip
-        """Run each (session, group, task) once; returns episodes in job order."""
+        """Run each (session, group, task) once; returns episodes in job order.
+        `on_episode` is called with each run as it ends (from the worker threads)."""
         started = time.perf_counter()
+
+        def episode(job: tuple[str, str, Task]) -> Trajectory:
+            run = self._episode(job, limits, model)
+            if on_episode is not None:
+                on_episode(run)
+            return run
+
         with ThreadPoolExecutor(max(1, min(concurrency, len(jobs)))) as pool:
-            runs = list(pool.map(lambda job: self._episode(job, limits, model), jobs))
+            runs = list(pool.map(episode, jobs))
         seconds = time.perf_counter() - started
         assert self.proxy is not None
         self.proxy.flush()
@@ -138,8 +159,9 @@ class RolloutService:
         config = model.model_copy(update={"base_url": self.proxy.session_url(session)})
         policy = LLMPolicy(OpenAICompatibleModel(config))
         run = run_episode(HouseholdEnv(), policy, task, limits=limits)
-        outcome = {"success": bool(run.outcome.success), "reward": run.outcome.reward}
-        httpx.post(f"{self.proxy.url}/s/{session}/outcome", json=outcome, timeout=60)
+        if run.outcome.status != "model_error":  # a run the server failed is not judged
+            outcome = {"success": bool(run.outcome.success), "reward": run.outcome.reward}
+            httpx.post(f"{self.proxy.url}/s/{session}/outcome", json=outcome, timeout=60)
         return run
 
     def _collect(self, jobs, runs: list[Trajectory]) -> list[Episode]:
@@ -150,7 +172,8 @@ class RolloutService:
                     recorded = store.get(trajectory_id(session))
                 except UserError:
                     recorded = None
-                samples = list(rl_samples(recorded)) if recorded is not None else []
+                unjudged = run.outcome.status == "model_error"  # the server failed: no signal
+                samples = [] if recorded is None or unjudged else list(rl_samples(recorded))
                 episodes.append(Episode(session, group, run, recorded, samples))
         return episodes
 
@@ -158,5 +181,6 @@ class RolloutService:
 def _stats(episodes: list[Episode], seconds: float) -> RolloutStats:
     tokens = sum(sum(s["loss_mask"]) for e in episodes for s in e.samples)
     cuts = sum(max(0, len(e.samples) - 1) for e in episodes)
-    missing = sum(1 for e in episodes if not e.samples)
-    return RolloutStats(len(episodes), seconds, tokens, cuts, missing)
+    errors = sum(1 for e in episodes if e.run.outcome.status == "model_error")
+    missing = sum(1 for e in episodes if not e.samples) - errors
+    return RolloutStats(len(episodes), seconds, tokens, cuts, missing, errors)
