@@ -31,7 +31,7 @@ train_app = typer.Typer(help="Train a student on trajforge data.", no_args_is_he
 
 DataOption = Annotated[
     list[Path] | None,
-    typer.Option("--data", help="Chat JSONL dataset (repeatable); default: the store query."),
+    typer.Option("--data", help="Training rows, JSONL (repeatable); default: the store query."),
 ]
 
 
@@ -62,7 +62,7 @@ def sft_command(
 ) -> None:
     """Supervised fine-tuning; loss only on assistant turns meant to be learned."""
     from trajforge.train.evaluate import check_training_tasks
-    from trajforge.train.rows import read_rows
+    from trajforge.train.rows import read_rows, sequences
     from trajforge.train.sft import SFTConfig, check_out, train_sft
 
     config = config_from_options(
@@ -75,7 +75,7 @@ def sft_command(
     check_training_tasks(tasks)
     lines = ProgressLines("train sft", steps, "step")
     train_sft(
-        [(r["messages"], r["tools"]) for r in rows],
+        sequences(rows),
         out,
         config,
         resume=resume,

@@ -218,7 +218,7 @@ def rft_command(
     if json_out:
         print_json(summary)
         return
-    table = Table(title=f"RFT yield → {result.data}")
+    table = Table(title=f"RFT yield → {', '.join(str(p) for p in result.data)}")
     for column in ("task", "sampled", "successes", "verified", "kept"):
         table.add_column(column, justify="left" if column == "task" else "right")
     for row in result.report:
@@ -226,7 +226,11 @@ def rft_command(
             row.task, *(str(v) for v in (row.sampled, row.successes, row.verified, row.kept))
         )
     console.print(table)
-    console.print(f"kept {summary['kept']} of {summary['sampled']} ({summary['yield']:.1%})")
+    console.print(
+        f"kept {summary['kept']} of {summary['sampled']} ({summary['yield']:.1%}): "
+        f"{summary['rows']} training rows, {summary['learned_turns']} turns learned, "
+        f"{summary['masked_turns']} labelled mistakes kept as context only"
+    )
 
 
 DEFAULT_CONDITIONS = ["transient:0.2", "persistent", "silent:0.2"]
