@@ -53,6 +53,7 @@ import resource
 import sys
 import tempfile
 import time
+import zipfile
 from pathlib import Path
 
 from shared_data import data_dir
@@ -100,9 +101,21 @@ def timed_import(timing: Timing, data: Path, workers: int | None) -> ImportRepor
 
 
 def json_load_all(files: list[Path]) -> None:
+    """Parse every file as plain JSON: a JSONL file line by line, an Inspect `.eval` (a zip)
+    member by member, a Harbor `reward.txt` as the number it holds."""
     for path in files:
+        if zipfile.is_zipfile(path):
+            with zipfile.ZipFile(path) as archive:
+                for name in archive.namelist():
+                    json.loads(archive.read(name))
+            continue
         with open_binary(path) as handle:
-            json.load(handle)
+            if path.name.endswith((".jsonl", ".jsonl.gz", ".txt")):
+                for line in handle:
+                    if line.strip():
+                        json.loads(line)
+            else:
+                json.load(handle)
 
 
 def read_files(report: ImportReport) -> list[Path]:
