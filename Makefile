@@ -1,10 +1,10 @@
 # Quick start: `make demo` runs trajforge on its bundled data; `make test` runs ruff, mypy and the tests.
-# Both create .venv and install the project (with its dev, train and ray extras) when missing
+# Both create .venv and install the project (with its dev, train, ray and strategies extras) when missing
 # or when pyproject.toml changed.
 PYTHON ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
-EXTRAS ?= dev,train,ray
+EXTRAS ?= dev,train,ray,strategies
 
 .PHONY: demo test lint format bench clean system-deps
 

@@ -56,7 +56,7 @@ def test_eval_of_a_policy_over_http_prints_progress_lines(tmp_path: Path) -> Non
 
 def test_train_sft_names_a_bad_dataset_line(tmp_path: Path) -> None:
     data = tmp_path / "bad.jsonl"
-    data.write_text('{"messages": []}\nnot json\n')
+    data.write_bytes(orjson.dumps(teacher_rows(range(1))[0]) + b"\nnot json\n")
     out = str(tmp_path / "ckpt")
     result = CliRunner().invoke(app, ["train", "sft", "--data", str(data), "--out", out])
     assert result.exit_code != 0
@@ -81,3 +81,15 @@ def test_train_sft_prints_progress_lines_when_its_output_is_a_pipe(tmp_path: Pat
         f"train sft: step {n}/4 ({n * 25}%)" for n in range(1, 5)
     ]
     assert " step/s, " in lines[1] and " tok/s, loss " in lines[1] and "ETA" in lines[1]
+
+
+def test_train_sft_refuses_a_row_of_no_known_form(tmp_path: Path) -> None:
+    """A chat row with `weight: 0` marks (the old row shape) is not a training row."""
+    data = tmp_path / "old.jsonl"
+    turns = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "x", "weight": 0}]
+    old = {"messages": turns, "tools": []}
+    data.write_bytes(orjson.dumps(old) + b"\n")
+    out = str(tmp_path / "ckpt")
+    result = CliRunner().invoke(app, ["train", "sft", "--data", str(data), "--out", out])
+    assert result.exit_code == 1
+    assert "old.jsonl [record line 1]: not a training row: unknown form None" in result.output

@@ -42,7 +42,7 @@ def _one_error(code: int, output: str) -> str:
 
 
 def _bad_messages(row: dict) -> dict:
-    return {"messages": [1, "x", None]}
+    return {**row, "messages": [1, "x", None]}
 
 
 def _content_number(row: dict) -> dict:
@@ -53,9 +53,9 @@ def _content_number(row: dict) -> dict:
 
 BAD_ROWS = {
     "messages [1, 'x', null]": (_bad_messages, "messages[0]: must be an object, not a number"),
-    "tools not JSON": (lambda r: {**r, "tools": "not json"}, "tools: a string that is not JSON"),
+    "tools a string": (lambda r: {**r, "tools": "[]"}, "tools: must be a list, not a string"),
     "tools a number": (lambda r: {**r, "tools": 5}, "tools: must be a list, not a number"),
-    "content a number": (_content_number, "messages[1].content: must be text"),
+    "content a number": (_content_number, "messages[1].content: must be a string, not a number"),
 }
 
 
@@ -168,12 +168,13 @@ def test_an_output_that_is_not_a_checkpoint_is_refused_before_training(
 
 
 def test_a_stored_run_that_cannot_be_a_row_is_named(rows, tmp_path: Path) -> None:
-    from trajforge.schema import Message, Outcome, Task, Trajectory
+    from trajforge.schema import Message, Outcome, Task, ToolCall, Trajectory
     from trajforge.store import Store
 
+    call = ToolCall(id="c1", name="go", arguments='{"target": "sofa 1"}')
     run = Trajectory(
         task=Task(id="household-d1-3", environment="household"),
-        messages=[Message(role="user", content="go"), Message(role="assistant", content="ok")],
+        messages=[Message(role="user", content="go"), Message(role="assistant", tool_calls=[call])],
         tools=[{"type": "function", "function": "go"}],
         outcome=Outcome(success=True),
     )

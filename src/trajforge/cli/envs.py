@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from trajforge.cli.common import DbOption, JsonOption, console, open_store, print_json
-from trajforge.cli.options import Endpoint, RunFilter, UserOption, option_sets
+from trajforge.cli.options import Endpoint, RunFilter, StrategyFlags, UserOption, option_sets
 from trajforge.envs.replay import ReplaySummary, replay_many, state_at
 from trajforge.errors import UserError
 from trajforge.models.retry import model_failure, require_an_answer
@@ -142,6 +142,7 @@ def fork_command(
     policy: PolicyArg = "expert",
     agents: AgentFlags = AgentFlags(),
     endpoint: Endpoint = Endpoint(),
+    guidance: StrategyFlags = StrategyFlags(),
     db: DbOption = None,
     json_out: JsonOption = False,
 ) -> None:
@@ -150,6 +151,8 @@ def fork_command(
     with open_store(db) as store:
         parent = store.get(traj_id)
         check_fork_index(parent, at)
+        guided = guidance.guided(spec.options, db, [parent.task])
+        spec = spec.model_copy(update={"options": guided})
         policy_obj, chosen_user = build(spec, agents.seed, ForkPoint(parent, at))
         options = ForkOptions(limits=agents.limits())
         child = fork(parent, at, policy_obj, user=chosen_user, options=options)

@@ -19,7 +19,7 @@ from trajforge.cli.common import (
     open_store,
     print_json,
 )
-from trajforge.cli.options import Endpoint, Offer, RunFilter, option_sets
+from trajforge.cli.options import Endpoint, Offer, RunFilter, StrategyFlags, option_sets
 from trajforge.errors import UserError
 from trajforge.progress import ProgressLines
 from trajforge.serve.request import MAX_BODY_BYTES
@@ -31,7 +31,7 @@ train_app = typer.Typer(help="Train a student on trajforge data.", no_args_is_he
 
 DataOption = Annotated[
     list[Path] | None,
-    typer.Option("--data", help="Chat JSONL dataset (repeatable); default: the store query."),
+    typer.Option("--data", help="Training rows, JSONL (repeatable); default: the store query."),
 ]
 
 
@@ -62,7 +62,7 @@ def sft_command(
 ) -> None:
     """Supervised fine-tuning; loss only on assistant turns meant to be learned."""
     from trajforge.train.evaluate import check_training_tasks
-    from trajforge.train.rows import read_rows
+    from trajforge.train.rows import read_rows, sequences
     from trajforge.train.sft import SFTConfig, check_out, train_sft
 
     config = config_from_options(
@@ -75,7 +75,7 @@ def sft_command(
     check_training_tasks(tasks)
     lines = ProgressLines("train sft", steps, "step")
     train_sft(
-        [(r["messages"], r["tools"]) for r in rows],
+        sequences(rows),
         out,
         config,
         resume=resume,
@@ -159,6 +159,8 @@ def eval_command(
         Path | None, typer.Option("--trained-on", help="JSON list of training task ids to avoid.")
     ] = None,
     endpoint: Annotated[Endpoint, Offer(options={"llm_model": EvalModelOption})] = Endpoint(),
+    guidance: StrategyFlags = StrategyFlags(),
+    db: DbOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Held-out success (95% CI, pass^k) and recovery from perturbed states (household)."""
@@ -166,6 +168,8 @@ def eval_command(
 
     if (checkpoint is None) == (policy is None):
         raise UserError("give exactly one of --ckpt and --policy")
+    if checkpoint is not None and guidance.strategies:
+        raise UserError("--strategies guides a policy given by --policy, not a --ckpt student")
     config = EvalConfig(
         difficulty=difficulty,
         tasks=tasks,
@@ -184,6 +188,7 @@ def eval_command(
             "model": endpoint.llm_model,
             "api_key": endpoint.api_key,
             "temperature": temperature,
+            "strategies": _strategies(guidance, db, config),
         }
         report = evaluate_policy(policy, options, config, avoid, lines)
     lines.finish()
@@ -191,6 +196,17 @@ def eval_command(
         print_json(report)
         return
     console.print(_report_table(report))
+
+
+def _strategies(guidance: StrategyFlags, db: Path | None, config) -> dict[str, list[str]] | None:
+    """The strategies retrieved for every world the evaluation runs (None without any)."""
+    if not guidance.strategies:
+        return None
+    from trajforge.agents.spec import PolicyOptions
+    from trajforge.train.evaluate import eval_tasks
+
+    tests, recovery = eval_tasks(config)
+    return guidance.guided(PolicyOptions(), db, tests + recovery).strategies
 
 
 def _trained_on(path: Path | None) -> list[str]:

@@ -41,6 +41,7 @@ COMMANDS = {
     "serve": "trajforge.cli.learn:serve_command",
     "eval": "trajforge.cli.learn:eval_command",
     "swe": "trajforge.cli.swe:app",
+    "strategies": "trajforge.cli.strategies:app",
 }
 
 

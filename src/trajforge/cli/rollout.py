@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from trajforge.cli.common import DbOption, JsonOption, console, open_store, print_json
-from trajforge.cli.options import Offer, PolicyFlags, option_sets
+from trajforge.cli.options import Offer, PolicyFlags, StrategyFlags, option_sets
 from trajforge.envs.faults import check_tools, parse_fault_spec
 from trajforge.evaluate.robustness import ConditionReport, KindReport, run_robustness
 from trajforge.generate.rft import RFTConfig, rft_dataset
@@ -160,6 +160,7 @@ def rollout_command(
     faults: FaultsArg = None,
     batch: BatchFlags = BatchFlags(),
     llm: PolicyFlags = PolicyFlags(),
+    guidance: StrategyFlags = StrategyFlags(),
     run: RunArg = None,
     db: DbOption = None,
     json_out: JsonOption = False,
@@ -168,6 +169,9 @@ def rollout_command(
     from trajforge.models.retry import require_an_answer
 
     config = build_config(env, tasks, policy, n, faults, batch, llm.options(), run)
+    if guidance.strategies:
+        options = guidance.guided(config.options, db, config.tasks)
+        config = config.model_copy(update={"options": options})
     summary, episodes = execute(config, db, batch)
     if json_out:
         print_json(summary.model_dump())
@@ -214,7 +218,7 @@ def rft_command(
     if json_out:
         print_json(summary)
         return
-    table = Table(title=f"RFT yield → {result.data}")
+    table = Table(title=f"RFT yield → {', '.join(str(p) for p in result.data)}")
     for column in ("task", "sampled", "successes", "verified", "kept"):
         table.add_column(column, justify="left" if column == "task" else "right")
     for row in result.report:
@@ -222,7 +226,11 @@ def rft_command(
             row.task, *(str(v) for v in (row.sampled, row.successes, row.verified, row.kept))
         )
     console.print(table)
-    console.print(f"kept {summary['kept']} of {summary['sampled']} ({summary['yield']:.1%})")
+    console.print(
+        f"kept {summary['kept']} of {summary['sampled']} ({summary['yield']:.1%}): "
+        f"{summary['rows']} training rows, {summary['learned_turns']} turns learned, "
+        f"{summary['masked_turns']} labelled mistakes kept as context only"
+    )
 
 
 DEFAULT_CONDITIONS = ["transient:0.2", "persistent", "silent:0.2"]

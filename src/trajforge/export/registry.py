@@ -19,6 +19,23 @@ EXPORTERS.register("jsonl", "trajforge.export.tables:write_jsonl")
 EXPORTERS.register("parquet", "trajforge.export.tables:write_parquet")
 EXPORTERS.register("rl", "trajforge.export.rl:export_rl")
 EXPORTERS.register("atif", "trajforge.export.atif:write_atif")
+EXPORTERS.register("sft", "trajforge.export.training:export_sft")
+EXPORTERS.register("openai", "trajforge.export.training:export_openai")
+EXPORTERS.register("dpo", "trajforge.export.training:export_dpo")
+
+WRITTEN = {"sft": "training rows", "openai": "conversations", "dpo": "preference pairs"}
+"""What an exporter's count counts, where it is not trajectories."""
+BY_FORM = {"sft"}
+"""Formats written as one file per training-row form beside the output name."""
+
+
+def written_files(fmt: str, out: Path) -> list[Path]:
+    """The files an export to `out` in format `fmt` wrote."""
+    if fmt not in BY_FORM:
+        return [out]
+    from trajforge.generate.rows import ROW_MODELS, form_path
+
+    return [path for form in ROW_MODELS if (path := form_path(out, form)).is_file()]
 
 
 def export(fmt: str, store: Store, out: Path, flt: TrajectoryFilter | None = None) -> int:

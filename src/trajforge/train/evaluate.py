@@ -257,7 +257,8 @@ def check_training_tasks(task_ids: Sequence[str]) -> None:
 _SEED = re.compile(r"^household-d[123]-(\d+)$")
 
 
-def _eval_tasks(config: EvalConfig) -> tuple[list[Task], list[Task]]:
+def eval_tasks(config: EvalConfig) -> tuple[list[Task], list[Task]]:
+    """The held-out test worlds and the worlds of the perturbed recovery starts."""
     env = HouseholdEnv()
     tests = held_out_tasks(env, config.tasks, config.difficulty)
     spare = config.recovery + config.recovery // 5 + 5 if config.recovery else 0
@@ -317,7 +318,7 @@ def evaluate_checkpoint(
 ) -> dict:
     """Batched evaluation of a student checkpoint on held-out tasks."""
     student = Student(path)
-    tests, recovery_tasks = _eval_tasks(config)
+    tests, recovery_tasks = eval_tasks(config)
     avoid = [*trained_on, *student.manifest.get("train_tasks", [])]
     check_held_out([t.id for t in tests + recovery_tasks], avoid)
     counted = _Counted(progress)
@@ -347,7 +348,7 @@ def evaluate_policy(
     """Episode-by-episode evaluation of any registered policy (e.g. `llm` against a server)."""
     from trajforge.rollout.factory import AgentSpec, PolicyOptions, build
 
-    tests, recovery_tasks = _eval_tasks(config)
+    tests, recovery_tasks = eval_tasks(config)
     check_held_out([t.id for t in tests + recovery_tasks], trained_on)
     policy_options = PolicyOptions(**{k: v for k, v in options.items() if v is not None})
     spec = AgentSpec(policy=name, options=policy_options)

@@ -1,15 +1,21 @@
-"""Training rows: what a chat row may hold, checked once where rows enter training.
+"""Training rows in, the sequences the codecs train on out, each checked once.
 
-A row is an OpenAI chat fine-tuning record: `messages` (each with a `role`, `content` as
-text, a list of text parts or null, optional `tool_calls`, `tool_call_id`, `name` and
-`"weight": 0` on a turn that is not learned) and `tools` (OpenAI tool schemas, or a JSON
-string of that list, as `datasets` stores them). Fields the codecs do not read are kept.
+`read_rows(path)` reads a JSONL file (`.gz` too) of training rows (`trajforge.generate.rows`:
+the `messages`, `prompt-completion` and `preference` forms), each line validated; an error
+names the file, the line and the field (`prompt[1].content: must be a string, not a
+number`). `run_rows(runs)` makes the rows of stored runs (a labelled mistake is never
+learned), naming a run that cannot be one.
 
-`chat_row(value)` checks a value against `ChatRow` and returns it with `tools` as a list;
-`read_rows(path)` does so for each line of a chat JSONL file, and an error names the file,
-the line and the field (`messages[1].content: must be text, a list of text parts or null,
-not a number`);
-`run_rows(runs)` for stored runs, naming the run.
+`sequences(rows)` turns rows into the (messages, tools) pairs `train_sft` trains on: an
+assistant turn that is not learned carries `weight: 0` (what the codecs mask), by the rule
+of each form: in a `messages` row every assistant turn is learned; in a prompt-completion
+row only the completion is. The rows of one run cut into one row per learned turn are packed
+back into one sequence (`pack_rows`): the same tokens carry loss, computed in one pass.
+Preference rows are refused (they are for preference training).
+
+`chat_row(value)` checks such a sequence against `ChatRow` (an OpenAI chat record: `messages`
+with `"weight": 0` on a turn that is not learned, and `tools`) and returns it with `tools` as
+a list; `train_sft` checks every sequence with it before anything is built.
 """
 
 from __future__ import annotations
@@ -22,7 +28,8 @@ import orjson
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
 from trajforge.errors import InputError, UserError
-from trajforge.generate.recovery import training_row
+from trajforge.generate.recovery import household_rows
+from trajforge.generate.rows import pack_rows, validate_row
 from trajforge.jsonfile import iter_jsonl
 from trajforge.schema import Role, Trajectory
 
@@ -165,29 +172,50 @@ def describe(exc: ValidationError) -> str:
 
 
 def read_rows(path: Path) -> list[dict[str, Any]]:
-    """The rows of a chat JSONL file (`.gz` too); a bad line names the file, line and field."""
+    """The training rows of a JSONL file (`.gz` too); a bad line names the file, line and
+    field."""
     if not path.is_file():
         raise InputError(str(path), "no such dataset file")
     rows = []
     for number, value in iter_jsonl(path):
         try:
-            rows.append(chat_row(value))
+            validate_row(value)
+        except ValidationError as exc:
+            raise InputError(str(path), describe(exc), f"line {number}") from None
         except ValueError as exc:
-            raise InputError(str(path), str(exc), f"line {number}") from None
+            raise InputError(str(path), f"not a training row: {exc}", f"line {number}") from None
+        assert isinstance(value, dict)
+        rows.append(value)
     return rows
 
 
 def run_rows(runs: Iterable[Trajectory]) -> list[dict[str, Any]]:
-    """Training rows of runs; a labelled deliberate error is never a target."""
+    """Training rows of stored runs (`household_rows`: a labelled mistake is never learned),
+    each run's sequences checked by `chat_row` so that a bad run is named."""
     rows = []
     for run in runs:
-        masked = [
-            label.message_index
-            for label in run.labels
-            if label.category == "deliberate_error" and label.message_index is not None
-        ]
         try:
-            rows.append(chat_row(training_row(run, masked=masked)))
+            made = household_rows(run, writer="store")
+            for messages, tools in sequences(made):
+                chat_row({"messages": messages, "tools": tools})
         except ValueError as exc:
             raise UserError(f"run {run.id}: cannot be a training row: {exc}") from None
+        rows += made
     return rows
+
+
+def sequences(rows: Iterable[dict[str, Any]]) -> list[tuple[list[dict], list[dict]]]:
+    """(messages, tools) per packed conversation (`pack_rows`), each assistant turn that is
+    not learned marked `weight: 0`, the conversation cut after its last learned turn."""
+    return [_marked(p.messages, p.learned, p.tools) for p in pack_rows(rows)]
+
+
+def _marked(
+    messages: list[dict], learned: set[int], tools: list[dict]
+) -> tuple[list[dict], list[dict]]:
+    end = max(learned) + 1 if learned else 0
+    marked = [
+        m | {"weight": 0} if m["role"] == "assistant" and i not in learned else m
+        for i, m in enumerate(messages[:end])
+    ]
+    return marked, tools

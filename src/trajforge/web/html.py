@@ -19,6 +19,7 @@ NAV = (
     ("/training", "Training"),
     ("/compare", "Compare"),
     ("/datasets", "Datasets"),
+    ("/strategies", "Strategies"),
 )
 
 
