@@ -70,8 +70,8 @@ from trajforge.generate.guided.hinted import hinted_run
 from trajforge.generate.recovery import (
     first_disagreement,
     first_labelled_error,
+    household_rows,
     recovery_rows,
-    training_row,
 )
 from trajforge.rollout.episode import Limits, run_episode
 from trajforge.serve.student import Student
@@ -85,6 +85,7 @@ from trajforge.train.evaluate import (
     wilson,
 )
 from trajforge.train.guided import LockstepRunner
+from trajforge.train.rows import sequences
 from trajforge.train.sft import SFTConfig, train_sft
 
 Row = tuple[list[dict], list[dict]]
@@ -138,7 +139,9 @@ class Lab:
         if policy_name not in self._cache:
             policy = {"teacher": ObservableTeacher, "oracle": ExpertPolicy}[policy_name]()
             runs = [self._run(policy, task) for task in self.tasks]
-            self._cache[policy_name] = [training_row(t) for t in runs if t.outcome.success]
+            self._cache[policy_name] = [
+                row for t in runs if t.outcome.success for row in household_rows(t)
+            ]
         return self._cache[policy_name]
 
     def _run(self, policy, task):
@@ -178,7 +181,7 @@ class Lab:
             hinted_run(HouseholdEnv, ExpertPolicy(), task, self.config.max_steps)
             for task in self.tasks
         ]
-        return [training_row(run, kind="H") for run in runs if run is not None]
+        return [row for run in runs if run is not None for row in household_rows(run, kind="H")]
 
     def guided_teacher(self, *kinds: str) -> list[dict]:
         """The guided teacher's rows of `kinds` ("T": its successes, "P": its recovered
@@ -228,8 +231,8 @@ class Lab:
             "hint_check_held_out": hint_check(student, config),
         }
         return {
-            "T": [training_row(t, kind="T") for t in runs if t.outcome.success],
-            "P": [_recovered_row(demo) for demo in demos],
+            "T": [row for t in runs if t.outcome.success for row in household_rows(t, kind="T")],
+            "P": [row for demo in demos for row in _recovered_rows(demo)],
             "figures": figures,
         }
 
@@ -259,11 +262,11 @@ def hint_check(student: Student, config: LabConfig) -> dict[str, Any]:
     }
 
 
-def _recovered_row(demo) -> dict:
-    """A recovered demonstration as a row: the failed run's prefix is context only."""
+def _recovered_rows(demo) -> list[dict]:
+    """A recovered demonstration's rows: the failed run's prefix is context only."""
     at = demo.metadata["recovery"]["at"]
     masked = [i for i in demo.assistant_indices() if i < at]
-    return training_row(demo, masked=masked, kind="P")
+    return household_rows(demo, masked=masked, kind="P")
 
 
 def _holds_guidance(demo) -> bool:
@@ -342,7 +345,7 @@ def train_rows(
     )
     tasks = sorted({row["task_id"] for row in rows})
     manifest = {"name": name, "train_tasks": tasks}
-    train_sft([(r["messages"], r["tools"]) for r in rows], out, sft, manifest=manifest)
+    train_sft(sequences(rows), out, sft, manifest=manifest)
     return out
 
 

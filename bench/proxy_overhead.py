@@ -14,8 +14,9 @@ session (`--long-calls`, history growing by about 1 KB a call) whose added laten
 first and last 100 calls shows whether recording stays flat. The client is aiohttp (httpx's
 own overhead saturates at 16-64 sessions). In-process capture is measured separately
 (`inprocess_overhead.py`): an httpx client in this process calling the mock directly, under
-capture, and through the proxy. `--json` prints the summary: `added_p50_ms` keyed by mode
-(`plain`, `stream`, `plain_30KB`, `inprocess`) and by session count. `--cases` picks cases
+capture, and through the proxy. `--json` prints the summary alone on stdout (the tables go
+to stderr): `added_p50_ms` keyed by mode (`plain`, `stream`, `plain_30KB`, `inprocess`) and
+by session count. `--cases` picks cases
 (default all: plain,stream,30KB,inprocess,long). All traffic is loopback; every loop is
 bounded.
 """
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import secrets
@@ -332,7 +334,8 @@ def main() -> None:
     parser.add_argument("--cases", default=ALL_CASES, help="Cases to run, comma-separated.")
     args = parser.parse_args()
     sessions = [int(s) for s in args.sessions.split(",")]
-    with tempfile.TemporaryDirectory(prefix="proxy-bench-") as tmp:
+    tables = sys.stderr if args.json else sys.stdout  # with --json, stdout is the JSON alone
+    with contextlib.redirect_stdout(tables), tempfile.TemporaryDirectory(prefix="proxy-") as tmp:
         processes: list[subprocess.Popen] = []
         try:
             targets = start_targets(Path(tmp), processes, args.no_litellm)
@@ -343,8 +346,8 @@ def main() -> None:
             for process in processes:
                 process.terminate()
                 process.wait(timeout=30)
-    if "long_session" in summary:
-        print(f"\nlong session: {summary['long_session']}")
+        if "long_session" in summary:
+            print(f"\nlong session: {summary['long_session']}")
     if args.json:
         print(json.dumps(summary, indent=1))
 

@@ -40,12 +40,13 @@ import orjson
 
 from trajforge.agents.household_teacher import ObservableTeacher
 from trajforge.envs.household import HouseholdEnv, task_for
-from trajforge.generate.recovery import training_row
+from trajforge.generate.recovery import household_rows
 from trajforge.rollout.episode import Limits, run_episode
 from trajforge.serve.student import Student
 from trajforge.train.evaluate import fresh_starts, held_out_tasks, rate, run_lockstep, wilson
 from trajforge.train.rl import RLConfig, train_rl
 from trajforge.train.rl.handoff import handoff_matrix
+from trajforge.train.rows import sequences
 from trajforge.train.sft import SFTConfig, train_sft
 
 RESULTS = Path(__file__).parent / "results" / "rl_loop.json"
@@ -61,11 +62,11 @@ def train_base(work: Path, worlds: int, sft: SFTConfig) -> Path:
             HouseholdEnv(), ObservableTeacher(), task_for(seed, 1), limits=Limits(max_steps=20)
         )
         if run.outcome.success:
-            rows.append(training_row(run))
+            rows += household_rows(run)
     out = work / "sft"
     tasks = sorted({r["task_id"] for r in rows})
     train_sft(
-        [(r["messages"], r["tools"]) for r in rows],
+        sequences(rows),
         out,
         sft,
         manifest={"name": "sft", "train_tasks": tasks},

@@ -70,7 +70,7 @@ def _training_case(name: str, args, rows, weights_bf16: bool, **settings: Any) -
     sft._step(model, optimizer, data, codec.pad_id, config, generator)  # warm-up
     started = time.perf_counter()
     for step in range(args.steps):
-        loss = sft._step(model, optimizer, data, codec.pad_id, config, generator)
+        loss, _ = sft._step(model, optimizer, data, codec.pad_id, config, generator)
         done = time.perf_counter() - started
         rate = (step + 1) * args.batch * args.tokens / done
         print(f"  {name}: step {step + 1}/{args.steps} loss {loss:.3f} {rate:.0f} tokens/s",

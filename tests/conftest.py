@@ -12,6 +12,11 @@ from trajforge.store import Store
 REPO = Path(__file__).resolve().parents[1]
 TEST_DATA = REPO / "tests" / "data"
 
+# Progress lines are time-based: a command that happens to run past the interval on a busy
+# machine would add lines to the output a test reads. Tests that check progress lines set
+# the interval themselves (TRAJFORGE_PROGRESS_EVERY=0).
+os.environ.setdefault("TRAJFORGE_PROGRESS_EVERY", "3600")
+
 
 def shared_data_dir() -> Path:
     """`../shared/data` beside the checkout (override with $TRAJFORGE_SHARED_DATA)."""

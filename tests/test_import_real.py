@@ -29,7 +29,8 @@ def counts(store: Store, **fields: object) -> tuple[int, int]:
 def test_nothing_fails_and_second_import_adds_nothing(imported) -> None:
     store, first, second = imported
     assert first.failed == [] and second.failed == []
-    assert first.added == store.count() == 393 + 200 + 100 + 126 + 3 + 164
+    formats = 3 + 9 + 5 + 2  # formats/: ATIF files, Inspect samples, OpenHands runs, SWE-agent
+    assert first.added == store.count() == 393 + 200 + 100 + 126 + 3 + 164 + formats
     assert second.added == 0
     assert second.duplicates == first.added
 

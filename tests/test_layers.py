@@ -9,7 +9,7 @@ Layer order, lowest first (a module may import only from its own layer or a lowe
     3  envs
     4  agents
     5  rollout
-    6  diagnose, monitor, generate, evaluate, export
+    6  diagnose, monitor, generate, evaluate, export, strategies
     7  proxy, serve
     8  train, web
     9  cli, demo
@@ -38,13 +38,14 @@ LAYERS: list[set[str]] = [
         "version",
         "faultspec",
         "processes",
+        "progress",
     },
     {"store"},
     {"importers", "models"},
     {"envs"},
     {"agents"},
     {"rollout"},
-    {"diagnose", "monitor", "generate", "evaluate", "export"},
+    {"diagnose", "monitor", "generate", "evaluate", "export", "strategies"},
     {"proxy", "serve"},
     {"train", "web"},
     {"cli", "demo", "__main__"},

@@ -20,6 +20,13 @@ def test_add_is_idempotent(store: Store) -> None:
     assert store.count() == 2
 
 
+def test_count_is_what_a_query_yields_its_limit_included(store: Store) -> None:
+    store.add_many([make(task, False) for task in "abc"])
+    for limit in (None, 0, 2, 5):
+        flt = TrajectoryFilter(limit=limit)
+        assert store.count(flt) == len(list(store.query(flt)))
+
+
 def test_failed_transaction_leaves_store_unchanged(store: Store) -> None:
     store.add(make("a", True))
 

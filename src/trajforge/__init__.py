@@ -10,6 +10,7 @@ This module is the public Python API (the README's "Python" section shows it at 
   `Limits`, `robustness_report`;
 - diagnosis: `diagnose_run`, `diagnose_store`, `make_localizer`, `LOCALIZERS`, `Diagnosis`;
 - the monitor: `StopHook`, `SessionMonitor`, `DETECTORS`, `load_detector`, `save_detector`;
+- strategies: `Strategy`, `distil_store`, `retrieve_for` (more in `trajforge.strategies`);
 - exporters: `EXPORTERS` (and `trajforge.export.export(fmt, store, out)`; `trajforge.export`
   is the subpackage, so the function is not repeated here).
 
@@ -26,7 +27,7 @@ subpackages never import each other in a cycle (tests/test_layers.py checks both
     envs
     agents
     rollout
-    diagnose, monitor, generate, evaluate, export
+    diagnose, monitor, generate, evaluate, export, strategies
     proxy, serve
     train, web
     cli, demo
@@ -46,6 +47,7 @@ from trajforge.schema import (
     Message,
     Outcome,
     Source,
+    Strategy,
     Task,
     ToolCall,
     Trajectory,
@@ -68,6 +70,7 @@ if TYPE_CHECKING:
     from trajforge.rollout.fork import ForkOptions, fork
     from trajforge.rollout.runner import BatchSummary, RolloutConfig, run_batch
     from trajforge.store import Store, TrajectoryFilter
+    from trajforge.strategies import distil_store, retrieve_for
 
 
 _LAZY = {
@@ -91,6 +94,7 @@ _LAZY = {
         "save_detector",
     ),
     "trajforge.export": ("EXPORTERS",),
+    "trajforge.strategies": ("distil_store", "retrieve_for"),
 }
 _MODULE_OF = {name: module for module, names in _LAZY.items() for name in names}
 
@@ -121,6 +125,7 @@ __all__ = [
     "Source",
     "StopHook",
     "Store",
+    "Strategy",
     "Task",
     "ToolCall",
     "Trajectory",
@@ -130,11 +135,13 @@ __all__ = [
     "build",
     "diagnose_run",
     "diagnose_store",
+    "distil_store",
     "fork",
     "import_paths",
     "load_detector",
     "make_env",
     "make_localizer",
+    "retrieve_for",
     "robustness_report",
     "run_batch",
     "run_local",

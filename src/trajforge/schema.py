@@ -29,6 +29,10 @@ from pydantic_core import to_json
 
 FORMAT_VERSION = 1
 
+IMPORT_WARNINGS = "import_warnings"
+"""`Trajectory.metadata` key: what an importer could not read of the run (a list of lines,
+for example the fields of a newer version of its format that it skipped)."""
+
 Role = Literal["system", "user", "assistant", "tool"]
 LabelSource = Literal["human", "oracle", "model", "heuristic"]
 
@@ -538,3 +542,86 @@ def _with_identity(
 def json_schema() -> dict[str, Any]:
     """The JSON Schema of a trajectory document."""
     return Trajectory.model_json_schema()
+
+
+StrategySource = Literal["contrast", "llm"]
+"""`contrast`: mined from successful vs failed runs of a task family; `llm`: written by a chat
+model over those runs (and checked on held-out runs all the same)."""
+EvidenceKind = Literal["success", "failure", "recovered"]
+"""A run's part in a strategy's evidence: a success that followed the rule, a failure that broke
+it, or a recovered failure (a demonstration whose parent failed) that followed it."""
+
+
+class StrategyRule(_Model):
+    """The checkable form of a strategy: within one run, the first call to `first` comes before
+    the first call to `then` (a run that never calls `then` says nothing about the rule)."""
+
+    first: str = Field(description="The tool (or action) to call first.")
+    then: str = Field(description="The tool (or action) it must precede.")
+
+
+class StrategyScope(_Model):
+    """Where a strategy applies."""
+
+    environment: str = Field(description="Environment of the runs it was distilled from.")
+    task_features: dict[str, str] = Field(
+        default_factory=dict, description="Task features of that family (domain, difficulty...)."
+    )
+    situation: str = Field(default="", description="The moment in a transcript it speaks to.")
+
+
+class StrategyEvidence(_Model):
+    """One run a strategy was distilled from."""
+
+    trajectory_id: str = Field(description="The run.")
+    task_id: str = Field(description="Its task.")
+    message_index: int | None = Field(
+        default=None, description="The message where the run followed or broke the rule."
+    )
+    kind: EvidenceKind = Field(description="success, failure or recovered.")
+    decisive: bool = Field(
+        default=False,
+        description="A failure whose verified diagnosis puts its decisive error at this message.",
+    )
+
+
+class StrategySupport(_Model):
+    """Success of runs that followed a rule vs runs that broke it, counted on one set of runs."""
+
+    runs: int = Field(default=0, description="Runs the rule speaks to (they call `then`).")
+    followed: int = Field(default=0, description="Runs that followed it.")
+    followed_successes: int = Field(default=0, description="Of those, successes.")
+    violated: int = Field(default=0, description="Runs that broke it.")
+    violated_successes: int = Field(default=0, description="Of those, successes.")
+
+    def lift(self) -> float | None:
+        """Success rate when followed minus when broken (None without both kinds of run)."""
+        if not self.followed or not self.violated:
+            return None
+        return self.followed_successes / self.followed - self.violated_successes / self.violated
+
+
+class StrategyEffect(_Model):
+    """A strategy's measured effect: on the runs it was distilled from (in-sample) and on
+    runs of tasks it never saw (held out by task, the figure that decides whether it is kept)."""
+
+    distilled: StrategySupport = Field(description="In-sample: the distillation runs.")
+    held_out: StrategySupport = Field(description="Runs of held-out tasks.")
+    held_out_tasks: int = Field(default=0, description="Distinct held-out tasks counted.")
+
+
+class Strategy(_Model):
+    """A short, actionable rule distilled from many runs of one task family. Versioned: an
+    edit or a re-distillation stores a new version under the same `name`."""
+
+    name: str = Field(description="Stable key across versions, e.g. `tau-retail/a-before-b`.")
+    version: int = Field(default=1, ge=1, description="1 for the first version, then 2, 3...")
+    text: str = Field(description="The rule, as guidance a policy can read.")
+    scope: StrategyScope = Field(description="Where it applies.")
+    rule: StrategyRule | None = Field(default=None, description="Its checkable form.")
+    source: StrategySource = Field(description="contrast or llm.")
+    evidence: list[StrategyEvidence] = Field(
+        default_factory=list, description="The runs and messages it was distilled from."
+    )
+    effect: StrategyEffect | None = Field(default=None, description="Measured support.")
+    created_at: float = Field(default=0.0, description="When this version was stored.")

@@ -71,6 +71,16 @@ def test_diagnose_lists_and_stores(db: Path) -> None:
     assert code == 0 and "diagnosis (heuristic)" in out
 
 
+def test_diagnose_prints_progress_lines(db: Path) -> None:
+    quick = CliRunner(env={"TRAJFORGE_PROGRESS_EVERY": "0"})
+    result = quick.invoke(app, ["diagnose", "--db", str(db), "--env", "who-and-when", "--json"])
+    assert result.exit_code == 0, result.output
+    lines = [line for line in result.stderr.splitlines() if line.startswith("diagnose (")]
+    assert [line.split(",")[0] for line in lines] == [
+        f"diagnose (heuristic): run {n}/12 ({n / 12:.0%})" for n in range(13)
+    ]
+
+
 def test_eval_reports_accuracy_beside_baselines(db: Path) -> None:
     code, out = _invoke("diagnose", "eval", "--db", str(db), "--env", "who-and-when", "--json")
     assert code == 0, out

@@ -1,4 +1,5 @@
-"""Training views: chat JSONL that the `datasets` library loads; verified items by default."""
+"""Training views: prompt-completion training rows that `datasets` loads; verified items by
+default."""
 
 from __future__ import annotations
 
@@ -40,15 +41,19 @@ def test_views_load_and_hold_only_verified_items(
     recovery_view = _load(tmp_path / "recovery.jsonl")
     assert len(diagnosis_view) == len(recovery_view) == 1
     assert diagnosis_view[0]["verified"] is True
-    assert diagnosis_view[0]["trajectory_id"] == pairs[0][0].id
-    target = orjson.loads(diagnosis_view[0]["messages"][-1]["content"])
+    assert diagnosis_view[0]["run_id"] == pairs[0][0].id
+    assert diagnosis_view[0]["diagnosis_id"] == pairs[0][1].id
+    target = orjson.loads(diagnosis_view[0]["completion"][0]["content"])
     assert target["step"] == 28 and target["category"] == "tool_misuse"
-    recovery = recovery_view[0]["messages"]
-    assert len(recovery) == 28 + 2  # messages 0..27, the feedback, the corrected action
-    assert recovery[-2]["role"] == "system" and "Feedback" in recovery[-2]["content"]
-    call = recovery[-1]["tool_calls"][0]["function"]
-    assert call["name"] == "book_reservation" and call["arguments"]["nonfree_baggages"] == 0
-    assert all(m["weight"] == 0 for m in recovery[:-2] if m["role"] == "assistant")
+    row = recovery_view[0]
+    assert len(row["prompt"]) == 28 + 1  # messages 0..27, then the feedback
+    assert row["prompt_end"] == 28 and row["learned"] == [28] and row["feedback"] is True
+    assert row["prompt"][-1]["role"] == "user" and "Feedback" in row["prompt"][-1]["content"]
+    assert all(m["role"] != "system" for m in row["prompt"][1:])
+    [target_message] = row["completion"]
+    call = target_message["tool_calls"][0]["function"]
+    assert call["name"] == "book_reservation"
+    assert orjson.loads(call["arguments"])["nonfree_baggages"] == 0
     assert card["verified_runs"] == 1 and card["by_category"] == {"tool_misuse": 1}
     assert (tmp_path / "dataset_card.md").read_text().startswith("# trajforge")
 
@@ -64,7 +69,7 @@ def test_all_items_on_request(
     assert card["by_environment"] == {"who-and-when": 3, "tau-airline": 2}
     view = _load(tmp_path / "diagnosis.jsonl")
     assert sorted(set(view["verified"])) == [False, True]
-    assert set(view["harness"]) == {"tau-bench", "captain-agent"}
+    assert set(view["environment"]) == {"tau-airline", "who-and-when"}
 
 
 def test_recovery_view_carries_the_environment_tools(
@@ -72,7 +77,7 @@ def test_recovery_view_carries_the_environment_tools(
 ) -> None:
     write_views(_pairs(airline_runs, who_and_when_runs), tmp_path)
     row = orjson.loads((tmp_path / "recovery.jsonl").read_bytes().splitlines()[0])
-    names = {tool["function"]["name"] for tool in orjson.loads(row["tools"])}
+    names = {tool["function"]["name"] for tool in row["tools"]}
     assert {"book_reservation", "get_user_details"} <= names
 
 

@@ -174,21 +174,31 @@ def test_intervene_and_replay_and_export_on_real_tau2_failures(
     assert report.failures == 3 and report.intervene.tried == 3
     assert report.intervene.recovered == 3  # the expert continues after the correction
     assert all(d.metadata["recovery"]["source"] == "correction" for d in demos)
-    data = write_recovered(demos, report, tmp_path)
-    loaded = datasets.load_dataset("json", data_files=str(data), split="train")
-    assert len(loaded) == len(demos) and loaded[0]["messages"][0]["role"]
+    files = write_recovered(demos, report, tmp_path)
+    loaded = datasets.load_dataset("json", data_files=[str(f) for f in files], split="train")
+    by_run = {d.content_id(): d for d in demos}
+    assert set(loaded["run_id"]) == set(by_run)
+    assert set(loaded["parent_run_id"]) == {f.id for f in failures}
+    for row in loaded:  # the failed run's prefix, before the fork, is never learned
+        at = by_run[row["run_id"]].metadata["recovery"]["at"]
+        assert row["learned"] and min(row["learned"]) >= at
+        assert all(i < at for i in row["masked"])
 
 
 def test_recover_command(shared_data: Path, tmp_path: Path) -> None:
     db = tmp_path / "t.db"
     runs = shared_data / "tau2-bench/toolorchestra_gpt-5/toolorchestra_airline_gpt-5_1trial.json"
-    runner = CliRunner()
-    assert runner.invoke(app, ["import", str(runs), "--db", str(db)]).exit_code == 0
+    runner = CliRunner(env={"TRAJFORGE_PROGRESS_EVERY": "0"})
+    imported = runner.invoke(app, ["import", str(runs), "--db", str(db)])
+    assert imported.exit_code == 0 and "import: file 1/1 (100%)" in imported.stderr
     out = tmp_path / "out"
     args = ["recover", "--db", str(db), "--teacher", "expert", "--limit", "4", "--json"]
     result = runner.invoke(app, [*args, "--out", str(out)])
     assert result.exit_code == 0, result.output
-    assert '"failures": ' in result.output and (out / "recovered.jsonl").exists()
+    assert '"failures": ' in result.stdout and list(out.glob("recovered.*.jsonl"))
+    lines = [line for line in result.stderr.splitlines() if line.startswith("recover: run ")]
+    assert lines[0].startswith("recover: run 0/4 (0%)") and "ETA" in lines[1]
+    assert lines[-1].startswith("recover: run 4/4 (100%)")
     bad = runner.invoke(app, ["recover", "--db", str(db), "--source", "magic"])
     assert bad.exit_code == 1 and "--source must be one of" in bad.output
 

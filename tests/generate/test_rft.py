@@ -10,14 +10,8 @@ from typer.testing import CliRunner
 
 from trajforge.cli.main import app
 from trajforge.envs.household import HouseholdEnv
-from trajforge.generate.rft import (
-    RFTConfig,
-    chat_message,
-    rft_dataset,
-    select,
-    verify_by_replay,
-    write_sft,
-)
+from trajforge.generate.rft import RFTConfig, rft_dataset, select, verify_by_replay, write_sft
+from trajforge.generate.rows import chat_messages, labelled_mistakes, validate_row
 from trajforge.rollout.backends.local import run_local
 from trajforge.rollout.episode import Limits
 from trajforge.rollout.factory import PolicyOptions
@@ -58,21 +52,45 @@ def test_duplicates_and_near_duplicates_are_removed(store) -> None:
     assert len(loose) < len(strict)
 
 
-def test_output_loads_with_datasets_and_matches_the_kept_runs(store, tmp_path: Path) -> None:
+def test_output_is_training_rows_that_never_teach_a_labelled_mistake(store, tmp_path: Path) -> None:
     import datasets
 
-    kept, report = select(_sample(store, "noisy-expert", k=3, max_steps=60), "household")
-    data = write_sft(kept, report, tmp_path / "sft")
-    loaded = datasets.load_dataset("json", data_files=str(data), split="train")
-    assert loaded.num_rows == len(kept) > 0
-    assert set(loaded.column_names) == {"messages", "tools"}
-    first = orjson.loads(data.read_text().splitlines()[0])
-    assert first["messages"] == [chat_message(m) for m in kept[0].messages]
-    call = next(m for m in first["messages"] if m.get("tool_calls"))["tool_calls"][0]
-    assert isinstance(call["function"]["arguments"], dict)
-    assert loaded[0]["tools"][0]["function"]["name"] == kept[0].tools[0]["function"]["name"]
+    runs = _sample(store, "noisy-expert", k=3, max_steps=60)
+    runs += _sample(store, "expert", k=1, max_steps=60)
+    kept, report = select(runs, "household", RFTConfig(similarity=1.0))
+    files = write_sft(kept, report, tmp_path / "sft").data
+    assert [f.name for f in files] == ["train.messages.jsonl", "train.prompt-completion.jsonl"]
+    rows = [orjson.loads(line) for f in files for line in f.read_bytes().splitlines()]
+    assert all(validate_row(row) for row in rows)
+    by_run = {t.content_id(): t for t in kept}
+    assert {row["run_id"] for row in rows} == set(by_run)
+    mistaken = [t for t in kept if labelled_mistakes(t)]
+    assert mistaken and len(mistaken) < len(kept)  # both kinds of kept run are present
+    for row in rows:
+        traj = by_run[row["run_id"]]
+        assert not set(row["learned"]) & labelled_mistakes(traj)
+        if row["form"] == "messages":
+            assert row["messages"] == chat_messages(traj.messages)
+            assert row["learned"] == traj.assistant_indices()
+        else:
+            assert row["prompt"] == chat_messages(traj.messages[: row["prompt_end"]])
+            assert row["completion"] == chat_messages(traj.messages)[row["prompt_end"] :][:1]
+            assert set(row["masked"]) <= labelled_mistakes(traj)
+    assert {row["form"] for row in rows} == {"messages", "prompt-completion"}
+    calls = [
+        c for r in rows for m in r.get("messages") or r["prompt"] for c in m.get("tool_calls") or []
+    ]
+    assert calls and all(isinstance(c["function"]["arguments"], str) for c in calls)
+    learned = sum(len(r["learned"]) for r in rows)
+    steps = sum(len(t.assistant_indices()) for t in kept)
+    assert learned == steps - sum(len(labelled_mistakes(t)) for t in kept)
+    for path in files:  # one form per file
+        loaded = datasets.load_dataset("json", data_files=str(path), split="train")
+        assert set(loaded["form"]) == {path.name.split(".")[1]}
+    assert sum(len(f.read_bytes().splitlines()) for f in files) == len(rows)
     summary = json.loads((tmp_path / "sft" / "yield.json").read_text())
     assert summary["kept"] == len(kept) and len(summary["tasks"]) == 4
+    assert summary["rows"] == len(rows) and summary["learned_turns"] == learned
 
 
 def test_cli_rft_reports_yield(tmp_path: Path) -> None:
@@ -82,12 +100,16 @@ def test_cli_rft_reports_yield(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     summary = json.loads(result.stdout)
     assert summary["sampled"] == 4 and len(summary["tasks"]) == 2
-    assert (tmp_path / "out" / "train.jsonl").exists()
+    assert (tmp_path / "out" / "train.messages.jsonl").exists()
 
 
 def test_rft_dataset_selects_writes_and_summarizes(store, tmp_path: Path) -> None:
     runs = _sample(store, "noisy-expert", k=2, max_steps=60)
     result = rft_dataset(runs, "household", tmp_path / "out")
     kept, report = select(runs, "household")
-    assert result.report == report and result.data.read_text().count("\n") == len(kept)
-    assert result.summary()["kept"] == len(kept) and result.summary()["out"] == str(result.data)
+    assert result.report == report
+    lines = [line for path in result.data for line in path.read_bytes().splitlines()]
+    assert {orjson.loads(line)["run_id"] for line in lines} == {t.content_id() for t in kept}
+    summary = result.summary()
+    assert summary["kept"] == len(kept) and summary["out"] == [str(p) for p in result.data]
+    assert summary["rows"] == len(lines)

@@ -57,6 +57,22 @@ def test_cross_validated_eval_prints_the_required_keys(monitor_db):
     assert set(ceiling["perfect_tokens_saved_at_step"]) == {"5", "10", "20"}
 
 
+def test_cross_validation_prints_progress_lines(monitor_db):
+    args = ["eval", "--db", str(monitor_db), "--env", "tau-retail", "--json", "--bootstrap", "0"]
+    args += ["--folds", "2"]
+    result = CliRunner(env={"TRAJFORGE_PROGRESS_EVERY": "0"}).invoke(app, ["monitor", *args])
+    assert result.exit_code == 0, result.output
+    lines = result.stderr.splitlines()
+    reading = [line for line in lines if line.startswith("monitor eval: reading: run ")]
+    assert reading[0].startswith("monitor eval: reading: run 0/100 (0%)")
+    assert reading[-1].startswith("monitor eval: reading: run 100/100 (100%), ")
+    stages = [line for line in lines if line.startswith("monitor eval: evaluating: stage ")]
+    assert [line.split(",")[0] for line in stages] == [
+        f"monitor eval: evaluating: stage {n}/7 ({n / 7:.0%})" for n in range(8)
+    ]
+    assert "fitting rule" in stages[-2] and "ETA" in stages[-2]
+
+
 def test_bad_model_file_and_empty_run_are_one_line_errors(monitor_db, tmp_path):
     bad = tmp_path / "bad.model"
     bad.write_text("hello")

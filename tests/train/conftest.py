@@ -10,8 +10,9 @@ pytest.importorskip("torch")
 
 from trajforge.agents.household_teacher import ObservableTeacher
 from trajforge.envs.household import HouseholdEnv, task_for
-from trajforge.generate.recovery import training_row
+from trajforge.generate.recovery import household_rows
 from trajforge.rollout.episode import run_episode
+from trajforge.train.rows import sequences
 from trajforge.train.sft import SFTConfig, train_sft
 
 TRAIN_SEEDS = range(40)
@@ -23,7 +24,7 @@ def teacher_rows(seeds=TRAIN_SEEDS) -> list[dict]:
     rows = []
     for seed in seeds:
         run = run_episode(HouseholdEnv(), ObservableTeacher(), task_for(seed, 1))
-        rows.append(training_row(run))
+        rows += household_rows(run)
     return rows
 
 
@@ -33,5 +34,5 @@ def student_dir(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("student") / "ckpt"
     tasks = sorted({r["task_id"] for r in rows})
     manifest = {"name": "tiny-test", "train_tasks": tasks}
-    train_sft([(r["messages"], r["tools"]) for r in rows], out, SMALL, manifest=manifest)
+    train_sft(sequences(rows), out, SMALL, manifest=manifest)
     return out

@@ -9,7 +9,7 @@ from trajforge.agents.base import EpisodeState
 from trajforge.agents.household_teacher import NoisyObservableTeacher, ObservableTeacher
 from trajforge.envs.household import HouseholdEnv, task_for
 from trajforge.errors import UserError
-from trajforge.generate.recovery import first_labelled_error, recover, training_row
+from trajforge.generate.recovery import first_labelled_error, household_rows, recover
 from trajforge.rollout.episode import Limits, run_episode
 from trajforge.serve.codec import CompactCodec
 from trajforge.train.evaluate import (
@@ -18,6 +18,7 @@ from trajforge.train.evaluate import (
     check_training_tasks,
     held_out_tasks,
 )
+from trajforge.train.rows import sequences
 
 
 def test_observable_teacher_solves_worlds_without_looking_at_the_environment() -> None:
@@ -45,16 +46,19 @@ def test_recovery_view_masks_the_replaced_action_and_teaches_the_continuation() 
     child = recover(HouseholdEnv(), run, error, ObservableTeacher(), max_steps=20)
     assert child.outcome.success
     assert child.messages[error].model_dump() == run.messages[error].model_dump()
-    row = training_row(child, masked=[error])
-    weights = {i: m.get("weight", 1) for i, m in enumerate(row["messages"])
-               if m["role"] == "assistant"}  # fmt: skip
-    assert weights[error] == 0
-    assert all(w == 1 for i, w in weights.items() if i != error)
-    assert all(isinstance(c["function"]["arguments"], dict)
-               for m in row["messages"] for c in m.get("tool_calls") or [])  # fmt: skip
-    codec = CompactCodec.build([(row["messages"], row["tools"])])
-    ids, mask = codec.encode(row["messages"], row["tools"])
-    wrong = codec._assistant(row["messages"][error], row["tools"])
+    rows = household_rows(child, masked=[error])
+    assert {r["form"] for r in rows} == {"prompt-completion"}
+    learned = [i for r in rows for i in r["learned"]]
+    assert error not in learned
+    assert learned == [i for i in child.assistant_indices() if i != error]
+    assert all(r["completion"] == [r["completion"][0]] for r in rows)
+    assert all(isinstance(c["function"]["arguments"], str)
+               for r in rows for m in r["prompt"] + r["completion"]
+               for c in m.get("tool_calls") or [])  # fmt: skip
+    [(messages, tools)] = sequences(rows)  # one run: the rows pack into one sequence
+    codec = CompactCodec.build([(messages, tools)])
+    ids, mask = codec.encode(messages, tools)
+    wrong = codec._assistant(messages[error], tools)
     start = next(i for i in range(len(ids)) if ids[i : i + len(wrong)] == wrong)
     assert not any(mask[start : start + len(wrong)])
     assert any(mask[start + len(wrong) :])

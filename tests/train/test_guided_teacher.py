@@ -19,7 +19,7 @@ from trajforge.generate.guided import (
     with_guidance,
 )
 from trajforge.generate.guided.hinted import task_hint
-from trajforge.generate.rft import chat_message
+from trajforge.generate.rows import chat_messages
 from trajforge.rollout.episode import Limits, run_episode
 from trajforge.serve.codec import GUIDANCE_HEADER as CODEC_HEADER
 from trajforge.serve.codec import CompactCodec, words
@@ -82,9 +82,9 @@ def test_guided_recovery_runs_end_to_end_with_a_trained_teacher(student_dir: Pat
 def test_the_compact_codec_reads_guidance_and_still_drops_the_system_prompt() -> None:
     env = HouseholdEnv()
     task = task_for(3, 1)
-    opening = [chat_message(m) for m in env.reset(task)]
+    opening = chat_messages(env.reset(task))
     hint = task_hint(HouseholdEnv(), task)
-    guided = [chat_message(m) for m in with_guidance(env.reset(task), hint)]
+    guided = chat_messages(with_guidance(env.reset(task), hint))
     codec = CompactCodec.build([(guided, TOOLS)])
     plain_ids = codec.prompt(opening, TOOLS)
     guided_ids = codec.prompt(guided, TOOLS)

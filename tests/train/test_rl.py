@@ -14,7 +14,9 @@ from pathlib import Path
 import orjson
 import pytest
 from fastapi.testclient import TestClient
+from typer.testing import CliRunner
 
+from trajforge.cli.main import app
 from trajforge.export.rl import rl_samples
 from trajforge.serve.student import MANIFEST, Student
 from trajforge.store import Store
@@ -144,8 +146,28 @@ def test_the_loop_resumes_after_being_killed(student_dir: Path, tmp_path: Path) 
     process.send_signal(signal.SIGKILL)
     process.wait()
     first = (out / "iter-0001" / "state.pt").stat().st_mtime_ns
-    rows = train_rl(None, out, resume=True)
+    runner = CliRunner(env={"TRAJFORGE_PROGRESS_EVERY": "0"})
+    resumed = runner.invoke(app, ["train", "rl", "--out", str(out), "--resume", "--json"])
+    assert resumed.exit_code == 0, resumed.output
+    rows = orjson.loads(resumed.stdout)["iterations"]
     assert [r["iteration"] for r in rows] == [1, 2, 3]
+    lines = [line for line in resumed.stderr.splitlines() if line.startswith("train rl: ")]
+    assert lines[-1].startswith("train rl: iteration 3/3 (100%), ")
+    assert " iteration/s, reward " in lines[-1] and " elapsed" in lines[-1]
+    assert any(line.startswith("train rl: iteration 3: rollout 4/4 (100%)") for line in lines)
     assert (out / "iter-0001" / "state.pt").stat().st_mtime_ns == first
     assert not list(out.glob("*.partial"))
     assert _progress(out) == rows  # the store shows the iterations of both processes
+
+
+def test_bad_options_are_refused_with_the_flag_named(tmp_path: Path) -> None:
+    args = ["train", "rl", "--base", str(tmp_path / "base"), "--out", str(tmp_path / "run")]
+    refused = {
+        ("--lr", "-1"): "--lr -1.0: must be greater than 0",
+        ("--concurrency", "0"): "--concurrency 0: must be greater than or equal to 1",
+    }
+    for option, problem in refused.items():
+        result = CliRunner().invoke(app, [*args, *option])
+        assert result.exit_code == 1, result.output
+        assert result.output.startswith(f"error: {problem}"), result.output
+    assert not (tmp_path / "run").exists()

@@ -9,6 +9,7 @@ import orjson
 import pytest
 from tests.train.conftest import SMALL, teacher_rows
 
+from trajforge.errors import UserError
 from trajforge.serve.codec import CompactCodec
 from trajforge.serve.student import Student
 from trajforge.train.sft import train_sft
@@ -57,3 +58,103 @@ def test_compact_codec_masks_only_learned_assistant_turns() -> None:
     assert learned == ["<|call|>", "go", "<|arg|>", "shelf 1", "<|end|>"]
     decoded = codec.decode(codec.encode([messages[-1]], tools)[0][1:], tools)
     assert decoded["tool_calls"] == [{"name": "go", "arguments": {"target": "shelf 1"}}]
+
+
+SAVES = SMALL.model_copy(update={"steps": 4, "save_every": 2, "hidden": 16, "layers": 1})
+
+
+def _same_weights(a: Path, b: Path) -> bool:
+    import torch
+
+    first, second = Student(a).model.state_dict(), Student(b).model.state_dict()
+    return first.keys() == second.keys() and all(torch.equal(first[k], second[k]) for k in first)
+
+
+def _failing_second_save(monkeypatch) -> None:
+    """torch.save writes half of the second state it is given, then the disk is full."""
+    import io
+
+    import torch
+
+    real, calls = torch.save, []
+
+    def save(obj, path, *args, **kwargs):
+        calls.append(path)
+        if len(calls) < 2:
+            return real(obj, path, *args, **kwargs)
+        buffer = io.BytesIO()
+        real(obj, buffer)
+        Path(path).write_bytes(buffer.getvalue()[: len(buffer.getvalue()) // 2])
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(torch, "save", save)
+
+
+def test_a_save_that_fails_midway_keeps_the_last_checkpoint(tmp_path: Path, monkeypatch) -> None:
+    rows = [(r["messages"], r["tools"]) for r in teacher_rows(range(6))]
+    whole = train_sft(rows, tmp_path / "whole", SAVES)
+    _failing_second_save(monkeypatch)
+    out = tmp_path / "ckpt"
+    with pytest.raises(UserError, match="checkpoint of step 4 could not be written"):
+        train_sft(rows, out, SAVES)
+    monkeypatch.undo()
+    assert orjson.loads((out / "trajforge.json").read_bytes())["step"] == 2
+    assert len(_losses(out)) == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt", "whole"]
+    train_sft(rows, out, SAVES, resume=True)
+    assert _same_weights(whole, out)
+    assert _losses(whole) == _losses(out)
+
+
+# Trains in a child process that stops inside its second save, before the rename.
+KILLED_IN_SAVE = """
+import sys, time
+from pathlib import Path
+import orjson
+from trajforge.train import atomic
+from trajforge.train.sft import SFTConfig, train_sft
+
+data, out, marker, config = sys.argv[1:5]
+sync, calls = atomic._sync_tree, []
+def slow_sync(root):
+    calls.append(root)
+    sync(root)
+    if len(calls) == 2:
+        Path(marker).touch()
+        time.sleep(600)
+atomic._sync_tree = slow_sync
+rows = [orjson.loads(line) for line in Path(data).read_bytes().splitlines()]
+train_sft([(r["messages"], r["tools"]) for r in rows], Path(out),
+          SFTConfig.model_validate_json(config))
+"""
+
+
+def test_a_run_killed_while_saving_resumes_bit_identically(tmp_path: Path) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    rows = teacher_rows(range(6))
+    data = tmp_path / "rows.jsonl"
+    data.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
+    out, marker = tmp_path / "ckpt", tmp_path / "in-second-save"
+    args = [sys.executable, "-c", KILLED_IN_SAVE, data, out, marker, SAVES.model_dump_json()]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    child = subprocess.Popen(args, env=env, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 600  # a guard against a hang, not a speed check
+    while not marker.exists():
+        assert child.poll() is None, child.stderr.read() if child.stderr else ""
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+    assert orjson.loads((out / "trajforge.json").read_bytes())["step"] == 2
+    assert len(list(tmp_path.glob(".ckpt.*.partial"))) == 1  # the killed save's directory
+    pairs = [(r["messages"], r["tools"]) for r in rows]
+    train_sft(pairs, out, SAVES, resume=True)
+    whole = train_sft(pairs, tmp_path / "whole", SAVES)
+    assert _same_weights(whole, out)
+    assert _losses(whole) == _losses(out)
+    assert not list(tmp_path.glob(".*.partial"))

@@ -13,6 +13,12 @@ one is seen, treat it at the right appliance, deliver it. Its demonstrations are
 move: another receptacle or room, taking the wrong object, dropping what it holds), for
 teacher failures and recovery demonstrations. After a mistake the teacher simply re-reads
 the transcript, so its continuation is a recovery.
+
+Both take strategies as hints (`PolicyOptions.strategies`, by task id): a strategy that orders
+two kinds of receptacle ("Before you go to a drawer, go to a countertop first.", the wording of
+`trajforge.strategies`' household rules) moves the first kind ahead of the second in the order
+the teacher explores a room's receptacles. Other strategy texts are not understood and change
+nothing: this is a scripted reader of one rule form, not a language model.
 """
 
 from __future__ import annotations
@@ -48,6 +54,9 @@ _CLOSE = re.compile(r"You close the (?P<what>.+?)\.")
 _TAKE = re.compile(r"You pick up the (?P<obj>.+?) from the (?P<src>.+?)\.")
 _PUT = re.compile(r"You put the (?P<obj>.+?) in/on the (?P<dst>.+?)\.")
 _TREAT = re.compile(r"You (?P<verb>clean|heat|cool) the (?P<obj>.+?) using the")
+_ORDER_HINT = re.compile(
+    r"Before you (?:go to|open) an? (?P<then>\w+), (?:go to|open) an? (?P<first>\w+) first\."
+)
 _VERB_PROP = {"clean": "clean", "heat": "hot", "cool": "cool"}
 _PROP_VERB = {prop: verb for verb, prop in _VERB_PROP.items()}
 
@@ -81,6 +90,8 @@ class Seen:
     contents: dict[str, list[str]] = field(default_factory=dict)
     closed: set[str] = field(default_factory=set)
     treated: dict[str, set[str]] = field(default_factory=dict)
+    preferred: dict[str, int] = field(default_factory=dict)
+    """Receptacle kind -> exploration rank from hints (0 early, 2 late; others 1)."""
 
     def read(self, text: str) -> None:
         """Update from one user or tool message."""
@@ -228,7 +239,18 @@ def _explore(seen: Seen) -> Action | None:
 def _exploration_order(seen: Seen, receptacles: list[str]) -> list[str]:
     appliances = set(APPLIANCES.values())
     late = {r for r in receptacles if kind(r) in appliances or r == seen.target}
-    return [r for r in receptacles if r not in late] + [r for r in receptacles if r in late]
+    ranked = sorted(receptacles, key=lambda r: seen.preferred.get(kind(r), 1))
+    return [r for r in ranked if r not in late] + [r for r in ranked if r in late]
+
+
+def hint_ranks(hints: list[str]) -> dict[str, int]:
+    """Exploration ranks from the order hints among `hints` (the first hint about a kind wins)."""
+    ranks: dict[str, int] = {}
+    for hint in hints:
+        for match in _ORDER_HINT.finditer(hint):
+            ranks.setdefault(match.group("first"), 0)
+            ranks.setdefault(match.group("then"), 2)
+    return ranks
 
 
 def _explore_rooms(seen: Seen, search: bool = False) -> Action | None:
@@ -275,13 +297,29 @@ def _as_step(action: Action | None, step: int, suffix: str = "") -> PolicyStep:
     return PolicyStep(message=Message(role="assistant", content=None, tool_calls=[call]))
 
 
+def _read(state: EpisodeState, strategies: dict[str, list[str]]) -> Seen:
+    seen = read_transcript(state.messages)
+    seen.preferred = hint_ranks(strategies.get(state.task.id, []))
+    return seen
+
+
 class ObservableTeacher:
-    """Household teacher that uses only the transcript (see module docstring)."""
+    """Household teacher that uses only the transcript and hints (see module docstring)."""
 
     name = "household-teacher"
 
+    def __init__(self, strategies: dict[str, list[str]] | None = None) -> None:
+        self.strategies = strategies or {}
+
+    @classmethod
+    def from_spec(
+        cls, options: PolicyOptions, seed: int, parent: ForkPoint | None
+    ) -> ObservableTeacher:
+        """With the options' strategies as hints."""
+        return cls(options.strategies)
+
     def act(self, state: EpisodeState) -> PolicyStep:
-        return _as_step(teacher_action(read_transcript(state.messages)), state.step)
+        return _as_step(teacher_action(_read(state, self.strategies)), state.step)
 
 
 class NoisyTeacherConfig(BaseModel):
@@ -296,19 +334,27 @@ class NoisyObservableTeacher:
 
     name = "noisy-household-teacher"
 
-    def __init__(self, config: NoisyTeacherConfig | None = None, **overrides: Any) -> None:
+    def __init__(
+        self,
+        config: NoisyTeacherConfig | None = None,
+        strategies: dict[str, list[str]] | None = None,
+        **overrides: Any,
+    ) -> None:
         self.config = (config or NoisyTeacherConfig()).model_copy(update=overrides)
         self.rng = random.Random(self.config.seed)
+        self.strategies = strategies or {}
 
     @classmethod
     def from_spec(
         cls, options: PolicyOptions, seed: int, parent: ForkPoint | None
     ) -> NoisyObservableTeacher:
-        """Mistakes at the options' error rate, drawn from the episode seed."""
-        return cls(NoisyTeacherConfig(error_rate=options.error_rate, seed=seed))
+        """Mistakes at the options' error rate, drawn from the episode seed; the options'
+        strategies as hints."""
+        config = NoisyTeacherConfig(error_rate=options.error_rate, seed=seed)
+        return cls(config, options.strategies)
 
     def act(self, state: EpisodeState) -> PolicyStep:
-        seen = read_transcript(state.messages)
+        seen = _read(state, self.strategies)
         right = teacher_action(seen)
         if self.rng.random() < self.config.error_rate:
             wrong = [move for move in visible_moves(seen) if move != right]

@@ -1,5 +1,10 @@
 """The LLM tool-calling policy: any `ChatModel` (an OpenAI-compatible endpoint by default).
 
+With retrieved strategies for the episode's task (`PolicyOptions.strategies`), the model sees
+them at the end of its system message (one is added when the conversation has none); the
+recorded messages stay as the environment and the policy wrote them, while the model call
+(and so the proxy's record of it) holds the prompt that was sent.
+
 A model call that fails every attempt of the shared retry policy (`models/retry.py`) ends
 the episode with termination reason `model_error` and the reason in its metadata.
 
@@ -20,23 +25,39 @@ from trajforge.models.openai_compat import OpenAICompatibleModel
 from trajforge.models.retry import ModelCallFailed, ask_reply
 from trajforge.schema import Message, ToolCall
 
+STRATEGIES_HEADER = "## Strategies that worked on similar tasks"
+
+
+def with_strategies(messages: list[Message], strategies: list[str]) -> list[Message]:
+    """The conversation as a guided policy sees it: the strategies as a bulleted block at the
+    end of the system message."""
+    if not strategies:
+        return messages
+    block = STRATEGIES_HEADER + "\n" + "\n".join(f"- {text}" for text in strategies)
+    if messages and messages[0].role == "system":
+        first = messages[0]
+        return [first.model_copy(update={"content": f"{first.text()}\n\n{block}"}), *messages[1:]]
+    return [Message(role="system", content=block), *messages]
+
 
 class LLMPolicy:
     """Sends the history and tool schemas to a chat model; its reply is the next message."""
 
-    def __init__(self, model: ChatModel) -> None:
+    def __init__(self, model: ChatModel, strategies: dict[str, list[str]] | None = None) -> None:
         self.model = model
+        self.strategies = strategies or {}
         self.name = f"llm:{model.name}"
 
     @classmethod
     def from_spec(cls, options: PolicyOptions, seed: int, parent: ForkPoint | None) -> LLMPolicy:
-        """The model behind the options' OpenAI-compatible endpoint."""
-        return cls(OpenAICompatibleModel(options.endpoint()))
+        """The model behind the options' OpenAI-compatible endpoint, with their strategies."""
+        return cls(OpenAICompatibleModel(options.endpoint()), options.strategies)
 
     def act(self, state: EpisodeState) -> PolicyStep:
         """The model's next message (the shared retry policy; `ModelCallFailed` ends the
         episode when every attempt failed)."""
-        asked = ask_reply(self.model, state.messages, state.tools or None)
+        view = with_strategies(state.messages, self.strategies.get(state.task.id, []))
+        asked = ask_reply(self.model, view, state.tools or None)
         if asked.value is None:
             raise ModelCallFailed(f"agent model: {asked.failure}")
         return PolicyStep(message=read_text_calls(asked.value.message, state.tools),

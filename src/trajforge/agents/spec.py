@@ -30,6 +30,11 @@ class PolicyOptions(BaseModel):
         default=None, description="llm: API key (left out of episode keys and trajectories)."
     )
     temperature: float = Field(default=0.0, ge=0.0, description="llm: sampling temperature.")
+    strategies: dict[str, list[str]] = Field(
+        default_factory=dict,
+        description="Retrieved strategy texts by task id, shown to policies that read guidance "
+        "(llm: at the end of the system prompt). Only the episode's own task's count in its key.",
+    )
 
     def endpoint(self) -> OpenAIModelConfig:
         """The OpenAI-compatible endpoint of the llm policy and the llm user."""

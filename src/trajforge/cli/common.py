@@ -13,7 +13,6 @@ from typing import Annotated, Any, NoReturn, ParamSpec, TypeVar
 import orjson
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from trajforge.errors import UserError
 from trajforge.store import Store, default_db_path
@@ -23,6 +22,7 @@ err_console = Console(stderr=True)
 
 P = ParamSpec("P")
 R = TypeVar("R")
+C = TypeVar("C")
 
 DbOption = Annotated[
     Path | None,
@@ -85,6 +85,26 @@ def guarded(func: Callable[P, R]) -> Callable[P, R]:
     return wrapper
 
 
+def config_from_options(
+    config: Callable[..., C], flags: dict[str, str] | None = None, **options: Any
+) -> C:
+    """`config(**options)`; a value the config model refuses is a `UserError` naming the
+    flag (`--save-every 0: must be greater than or equal to 1`). `flags` maps the fields
+    whose flag is not `--field-name`."""
+    from pydantic import ValidationError
+
+    try:
+        return config(**options)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        problem = error["msg"].removeprefix("Value error, ").replace("Input should be", "must be")
+        if not error["loc"]:
+            raise UserError(problem) from None
+        field = str(error["loc"][0])
+        flag = (flags or {}).get(field) or "--" + field.replace("_", "-")
+        raise UserError(f"{flag} {options.get(field)}: {problem}") from None
+
+
 MAX_ERROR_LINE = 2000
 
 
@@ -101,16 +121,3 @@ def tolerant_output() -> None:
     for stream in (sys.stdout, sys.stderr):
         if isinstance(stream, io.TextIOWrapper):
             stream.reconfigure(errors="backslashreplace")
-
-
-def progress_bar(quiet: bool) -> Progress:
-    """A transient progress bar on stderr (disabled when `quiet`, e.g. with --json)."""
-    return Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=err_console,
-        disable=quiet or not err_console.is_terminal,
-        transient=True,
-    )

@@ -15,11 +15,11 @@ from trajforge.cli.common import (
     guarded,
     open_store,
     print_json,
-    progress_bar,
 )
 from trajforge.cli.options import Endpoint, Offer, RunFilter, RunFilterNoOutcome, option_sets
 from trajforge.diagnose.model import Diagnosis
 from trajforge.errors import UserError
+from trajforge.progress import ProgressLines
 
 MethodOption = Annotated[
     str,
@@ -126,15 +126,13 @@ def _run(db, flt, make_localizer, json_out) -> None:
 
     localizer = make_localizer()
     method = localizer.name
-    with open_store(db) as store, progress_bar(json_out) as progress:
-        bar = progress.add_task(f"diagnosing ({method})", total=None)
+    lines = ProgressLines(f"diagnose ({method})", None, "run")
+    with open_store(db) as store:
         diagnoses = diagnose_store(
-            store,
-            flt,
-            localizer,
-            on_run=lambda _: progress.advance(bar),
-            on_selected=lambda count: progress.update(bar, total=count),
-        )
+            store, flt, localizer, on_run=lambda _: lines.advance(),
+            on_selected=lambda count: _expect(lines, count),
+        )  # fmt: skip
+    lines.finish()
     if json_out:
         print_json([d.summary() for d in diagnoses])
         return
@@ -289,15 +287,22 @@ def _holdout_config(split, folds, seed, bootstrap, never_tune):
     return HoldoutConfig(split=split, folds=folds, seed=seed, bootstrap=bootstrap, never_tune=never)
 
 
+def _expect(lines: ProgressLines, count: int) -> None:
+    lines.total = count
+    lines.update(lines.done)
+
+
 def _eval(db, flt, make_localizer, make_config, fresh, json_out) -> None:
     from trajforge.diagnose.holdout import evaluate_store
 
     localizer, config = make_localizer(), make_config()
-    with open_store(db) as store, progress_bar(json_out) as progress:
-        bar = progress.add_task(f"diagnosing ({localizer.name})", total=None)
+    lines = ProgressLines(f"diagnose eval ({localizer.name})", None, "run")
+    lines.update(0)
+    with open_store(db) as store:
         report = evaluate_store(
-            store, flt, localizer, config, fresh, on_run=lambda _: progress.advance(bar)
+            store, flt, localizer, config, fresh, on_run=lambda _: lines.advance()
         )
+    lines.finish()
     if json_out:
         print_json(report)
         return

@@ -11,10 +11,11 @@ from rich.console import Console
 from rich.table import Table
 
 from trajforge.cli.common import DbOption, JsonOption, console, open_store, print_json
-from trajforge.cli.options import Endpoint, RunFilter, UserOption, option_sets
+from trajforge.cli.options import Endpoint, RunFilter, StrategyFlags, UserOption, option_sets
 from trajforge.envs.replay import ReplaySummary, replay_many, state_at
 from trajforge.errors import UserError
 from trajforge.models.retry import model_failure, require_an_answer
+from trajforge.progress import ProgressLines
 from trajforge.rollout.episode import Limits
 from trajforge.rollout.factory import AgentSpec, ForkPoint, UserKind, build
 from trajforge.rollout.fork import ForkOptions, check_fork_index, fork, fork_summary
@@ -66,8 +67,11 @@ def replay_command(
     if at is not None:
         _show_state(ids or [], at, db, json_out)
         return
+    flt = runs.selection(ids)
     with open_store(db) as store:
-        summary = replay_many(store.query(runs.selection(ids)), explicit=bool(ids))
+        lines = ProgressLines("replay", store.count(flt), "run")
+        summary = replay_many(lines.each(store.query(flt)), explicit=bool(ids))
+    lines.finish()
     if json_out:
         print_json(summary.model_dump(mode="json"))
         return
@@ -138,6 +142,7 @@ def fork_command(
     policy: PolicyArg = "expert",
     agents: AgentFlags = AgentFlags(),
     endpoint: Endpoint = Endpoint(),
+    guidance: StrategyFlags = StrategyFlags(),
     db: DbOption = None,
     json_out: JsonOption = False,
 ) -> None:
@@ -146,6 +151,8 @@ def fork_command(
     with open_store(db) as store:
         parent = store.get(traj_id)
         check_fork_index(parent, at)
+        guided = guidance.guided(spec.options, db, [parent.task])
+        spec = spec.model_copy(update={"options": guided})
         policy_obj, chosen_user = build(spec, agents.seed, ForkPoint(parent, at))
         options = ForkOptions(limits=agents.limits())
         child = fork(parent, at, policy_obj, user=chosen_user, options=options)
@@ -188,7 +195,11 @@ def handoff_command(
     specs = {name: agents.spec(name, endpoint) for name in [*reacher, *solver]}
     config = HandoffConfig(k=k, at=at, limits=agents.limits())
     runs: list[Trajectory] | None = [] if save else None
-    matrix = run_matrix(env, reacher, solver, specs, config, tasks, collect=runs, seed=agents.seed)
+    lines = ProgressLines(f"handoff {env}", None, "handoff")
+    matrix = run_matrix(
+        env, reacher, solver, specs, config, tasks, collect=runs, seed=agents.seed, progress=lines
+    )
+    lines.finish()
     if runs:
         with open_store(db, must_exist=False) as store, store.transaction():
             store.add_many(runs)

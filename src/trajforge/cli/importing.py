@@ -16,10 +16,10 @@ from trajforge.cli.common import (
     err_console,
     open_store,
     print_json,
-    progress_bar,
 )
 from trajforge.importers.pipeline import ImportReport, SourceOverrides, import_jobs, plan
 from trajforge.importers.registry import DETECTION_ORDER
+from trajforge.progress import ProgressLines
 
 
 def import_command(
@@ -27,7 +27,11 @@ def import_command(
     db: DbOption = None,
     fmt: Annotated[
         str | None,
-        typer.Option("--format", help=f"Force a format: {', '.join(DETECTION_ORDER)}."),
+        typer.Option(
+            "--format",
+            help=f"Force a format: {', '.join(DETECTION_ORDER)}, an installed plug-in's "
+            "(trajforge formats), or an importer class as module:Class.",
+        ),
     ] = None,
     model: Annotated[
         str | None,
@@ -54,9 +58,11 @@ def import_command(
     """
     jobs, report = plan(paths, fmt)
     overrides = SourceOverrides(model=model, run=run)
-    with open_store(db, must_exist=False) as store, progress_bar(json_out) as progress:
-        task = progress.add_task("importing", total=len(jobs))
-        import_jobs(store, jobs, report, lambda _: progress.advance(task), overrides, workers)
+    lines = ProgressLines("import", len(jobs), "file")
+    lines.update(0)
+    with open_store(db, must_exist=False) as store:
+        import_jobs(store, jobs, report, lambda _: lines.advance(), overrides, workers)
+    lines.finish()
     if json_out:
         print_json(_summary(report))
     else:
@@ -74,6 +80,9 @@ def _summary(report: ImportReport) -> dict:
         "metadata_filled": report.filled,
         "metadata_kept": report.kept,
         "failed": [{"path": f.path, "error": f.error} for f in report.failed],
+        "warnings": [
+            {"path": f.path, "warning": w} for f in report.files if not f.error for w in f.warnings
+        ],
         "not_trajectories": report.not_trajectories,
         "special_files": report.special_files,
         "sidecars": report.sidecars,
@@ -123,6 +132,10 @@ def print_import_report(
         )
         for path in report.special_files:
             out.print(f"  {path}", markup=False, highlight=False, soft_wrap=True)
+    for result in report.files:
+        for warning in [] if result.error else result.warnings:
+            text = f"warning: {result.path}: {warning}"
+            err_console.print(text, markup=False, highlight=False, soft_wrap=True)
     if overrides is not None:
         _print_metadata(report, overrides, out)
     for failed in report.failed:

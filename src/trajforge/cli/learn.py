@@ -3,72 +3,44 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import orjson
 import typer
-from rich import progress as rich_progress
 from rich.table import Table
 
 from trajforge.cli.common import (
     DbOption,
     JsonOption,
+    config_from_options,
     console,
     err_console,
     guarded,
     open_store,
     print_json,
 )
-from trajforge.cli.options import Endpoint, Offer, RunFilter, option_sets
+from trajforge.cli.options import Endpoint, Offer, RunFilter, StrategyFlags, option_sets
 from trajforge.errors import UserError
+from trajforge.progress import ProgressLines
 from trajforge.serve.request import MAX_BODY_BYTES
+
+if TYPE_CHECKING:
+    from trajforge.train.sft import StepDone
 
 train_app = typer.Typer(help="Train a student on trajforge data.", no_args_is_help=True)
 
 DataOption = Annotated[
     list[Path] | None,
-    typer.Option("--data", help="Chat JSONL dataset (repeatable); default: the store query."),
+    typer.Option("--data", help="Training rows, JSONL (repeatable); default: the store query."),
 ]
 
 
-def read_dataset(path: Path) -> list[dict[str, Any]]:
-    """Rows of a chat JSONL file (`messages`, `tools` as a list or a JSON string)."""
-    if not path.is_file():
-        raise UserError(f"{path}: no such dataset file")
-    rows = []
-    for number, line in enumerate(path.read_bytes().splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            row = orjson.loads(line)
-        except orjson.JSONDecodeError as exc:
-            raise UserError(f"{path}: line {number} is not JSON ({exc})") from None
-        if not isinstance(row, dict) or not isinstance(row.get("messages"), list):
-            raise UserError(f"{path}: line {number} has no 'messages' list")
-        tools = row.get("tools") or []
-        if isinstance(tools, str):
-            tools = orjson.loads(tools)
-        rows.append({**row, "tools": tools})
-    return rows
-
-
 def stored_rows(db: Path | None, runs: RunFilter) -> list[dict[str, Any]]:
-    """Training rows of stored runs; a labelled deliberate error is never a target."""
-    from trajforge.generate.recovery import training_row
+    """Training rows of the stored runs the filter selects."""
+    from trajforge.train.rows import run_rows
 
     with open_store(db) as store:
-        trajs = list(store.query(runs.selection()))
-    return [
-        training_row(
-            t,
-            masked=[
-                lb.message_index
-                for lb in t.labels
-                if lb.category == "deliberate_error" and lb.message_index is not None
-            ],
-        )
-        for t in trajs
-    ]
+        return run_rows(store.query(runs.selection()))
 
 
 def sft_command(
@@ -105,44 +77,34 @@ def sft_command(
 ) -> None:
     """Supervised fine-tuning; loss only on assistant turns meant to be learned."""
     from trajforge.train.evaluate import check_training_tasks
-    from trajforge.train.sft import SFTConfig, train_sft
+    from trajforge.train.rows import read_rows, sequences
+    from trajforge.train.sft import SFTConfig, check_out, train_sft
 
-    rows = [r for path in data for r in read_dataset(path)] if data else stored_rows(db, runs)
+    config = config_from_options(
+        SFTConfig, {"model": "--model"}, model=base, steps=steps, batch_size=batch_size, lr=lr,
+        seed=seed, save_every=save_every, hidden=hidden, layers=layers, lora_rank=lora_rank,
+        bf16=bf16, accumulate=accumulate, max_context=max_context,
+    )  # fmt: skip
+    check_out(out)
+    rows = [r for path in data for r in read_rows(path)] if data else stored_rows(db, runs)
     tasks = sorted({str(r["task_id"]) for r in rows if r.get("task_id")})
     check_training_tasks(tasks)
-    config = SFTConfig(
-        model=base,
-        steps=steps,
-        batch_size=batch_size,
-        lr=lr,
-        seed=seed,
-        save_every=save_every,
-        hidden=hidden,
-        layers=layers,
-        lora_rank=lora_rank,
-        bf16=bf16,
-        accumulate=accumulate,
-        max_context=max_context,
+    lines = ProgressLines("train sft", steps, "step")
+    train_sft(
+        sequences(rows),
+        out,
+        config,
+        resume=resume,
+        manifest={"name": out.name, "train_tasks": tasks},
+        progress=lambda done: _step_line(lines, done),
     )
-    bar = rich_progress.Progress(
-        rich_progress.TextColumn("[bold]train"),
-        rich_progress.BarColumn(),
-        rich_progress.MofNCompleteColumn(),
-        rich_progress.TextColumn("loss {task.fields[loss]}"),
-        rich_progress.TimeElapsedColumn(),
-        console=err_console,
-    )
-    with bar:
-        task = bar.add_task("train", total=steps, loss="-")
-        train_sft(
-            [(r["messages"], r["tools"]) for r in rows],
-            out,
-            config,
-            resume=resume,
-            manifest={"name": out.name, "train_tasks": tasks},
-            progress=lambda step, total, loss: bar.update(task, completed=step, loss=f"{loss:.4f}"),
-        )
+    lines.finish()
     err_console.print(f"wrote checkpoint {out} ({len(rows)} rows, {steps} steps)", highlight=False)
+
+
+def _step_line(lines: ProgressLines, done: StepDone) -> None:
+    lines.count("tok", done.tokens)
+    lines.update(done.step, loss=f"{done.loss:.4f}")
 
 
 train_app.command("sft")(guarded(option_sets(sft_command)))
@@ -218,6 +180,8 @@ def eval_command(
         Path | None, typer.Option("--trained-on", help="JSON list of training task ids to avoid.")
     ] = None,
     endpoint: Annotated[Endpoint, Offer(options={"llm_model": EvalModelOption})] = Endpoint(),
+    guidance: StrategyFlags = StrategyFlags(),
+    db: DbOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Held-out success (95% CI, pass^k) and recovery from perturbed states (household)."""
@@ -225,6 +189,8 @@ def eval_command(
 
     if (checkpoint is None) == (policy is None):
         raise UserError("give exactly one of --ckpt and --policy")
+    if checkpoint is not None and guidance.strategies:
+        raise UserError("--strategies guides a policy given by --policy, not a --ckpt student")
     config = EvalConfig(
         difficulty=difficulty,
         tasks=tasks,
@@ -234,20 +200,34 @@ def eval_command(
         max_steps=max_steps,
     )
     avoid = _trained_on(trained_on)
+    lines = ProgressLines(f"eval {checkpoint or policy}", None, "episode")
     if checkpoint is not None:
-        report = evaluate_checkpoint(checkpoint, config, avoid)
+        report = evaluate_checkpoint(checkpoint, config, avoid, lines)
     elif policy is not None:
         options = {
             "base_url": endpoint.base_url,
             "model": endpoint.llm_model,
             "api_key": endpoint.api_key,
             "temperature": temperature,
+            "strategies": _strategies(guidance, db, config),
         }
-        report = evaluate_policy(policy, options, config, avoid)
+        report = evaluate_policy(policy, options, config, avoid, lines)
+    lines.finish()
     if as_json:
         print_json(report)
         return
     console.print(_report_table(report))
+
+
+def _strategies(guidance: StrategyFlags, db: Path | None, config) -> dict[str, list[str]] | None:
+    """The strategies retrieved for every world the evaluation runs (None without any)."""
+    if not guidance.strategies:
+        return None
+    from trajforge.agents.spec import PolicyOptions
+    from trajforge.train.evaluate import eval_tasks
+
+    tests, recovery = eval_tasks(config)
+    return guidance.guided(PolicyOptions(), db, tests + recovery).strategies
 
 
 def _trained_on(path: Path | None) -> list[str]:

@@ -21,6 +21,7 @@ COMMANDS = {
     "set": "trajforge.cli.metadata:set_command",
     "stats": "trajforge.cli.report:stats_command",
     "export": "trajforge.cli.report:export_command",
+    "formats": "trajforge.cli.formats:formats_command",
     "schema": "trajforge.cli.report:schema_command",
     "mock-server": "trajforge.cli.proxy:mock_server_command",
     "proxy": "trajforge.cli.proxy:proxy_command",
@@ -39,6 +40,8 @@ COMMANDS = {
     "train": "trajforge.cli.rl:train_app",
     "serve": "trajforge.cli.learn:serve_command",
     "eval": "trajforge.cli.learn:eval_command",
+    "swe": "trajforge.cli.swe:app",
+    "strategies": "trajforge.cli.strategies:app",
 }
 
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
@@ -18,19 +18,15 @@ from trajforge.cli.common import (
     guarded,
     open_store,
     print_json,
-    progress_bar,
 )
 from trajforge.cli.options import Endpoint, Offer, RunFilter, option_sets
 from trajforge.errors import UserError
+from trajforge.progress import ProgressLines
 from trajforge.schema import Trajectory
 
 if TYPE_CHECKING:
-    from rich.progress import Progress, TaskID
-
     from trajforge.monitor import RunFeatures
     from trajforge.monitor.detectors import Detector
-
-T = TypeVar("T")
 
 # trajforge.monitor loads scikit-learn (seconds); commands import it when they run, so the
 # rest of the CLI starts fast.
@@ -61,27 +57,20 @@ def _stored(db: Path | None, where: RunFilter) -> list[Trajectory]:
         return list(store.query(where.selection()))
 
 
-def _runs(db: Path | None, where: RunFilter, progress=None) -> list[RunFeatures]:
-    """Featurized runs of the filter; advances a "reading runs" bar when `progress` is given."""
+def _runs(db: Path | None, where: RunFilter, command: str) -> list[RunFeatures]:
+    """Featurized runs of the filter, with progress lines headed `command`."""
     from trajforge.monitor import featurize_runs
 
     flt = dataclasses.replace(where, limit=None).selection()  # --limit counts usable runs
     with open_store(db) as store:
-        trajs = store.query(flt)
-        if progress is not None:
-            bar = progress.add_task("reading runs", total=store.count(flt))
-            trajs = _advancing(trajs, progress, bar)
+        lines = ProgressLines(f"{command}: reading", store.count(flt), "run")
+        trajs = lines.each(store.query(flt))
         usable = (run for traj in trajs for run in featurize_runs([traj]))
         runs = list(itertools.islice(usable, where.limit))
+    lines.finish()
     if not runs:
         raise UserError("no stored runs with a known outcome match the filters")
     return runs
-
-
-def _advancing(items: Iterable[T], progress: Progress, bar: TaskID) -> Iterator[T]:
-    for item in items:
-        yield item
-        progress.advance(bar)
 
 
 def train_command(
@@ -94,11 +83,9 @@ def train_command(
     """Train a detector on the selected runs (all of them) and save it."""
     from trajforge.monitor import DETECTORS, save_detector
 
-    with progress_bar(json_out) as progress:
-        runs = _runs(db, where, progress)
-        progress.add_task(f"training {detector} detector", total=None)
-        trained: Detector = DETECTORS.get(detector)()
-        trained.fit(runs)
+    runs = _runs(db, where, "monitor train")
+    trained: Detector = DETECTORS.get(detector)()
+    trained.fit(runs)
     info: dict[str, Any] = {"runs": len(runs), "failed": sum(r.failed for r in runs)}
     info["trained_groups"] = sorted({r.group for r in runs})
     info |= _learned_info(trained)
@@ -159,27 +146,28 @@ def eval_command(
         read_header,
     )
 
-    with progress_bar(json_out) as progress:
-        runs = _runs(db, where, progress)
-        detectors = ["learned", *(("length", "rule") if baselines else ())]
-        stages = 1 if model_file is not None else folds * len(detectors)
-        bar = progress.add_task("evaluating", total=stages + 1)
-        if model_file is not None:
-            trained = read_header(model_file).get("trained_groups")
-            summary = evaluate_saved(load_detector(model_file), runs, trained, bootstrap, seed)
-            progress.advance(bar)
-        else:
+    runs = _runs(db, where, "monitor eval")
+    detectors = ["learned", *(("length", "rule") if baselines else ())]
+    stages = 1 if model_file is not None else folds * len(detectors)
+    lines = ProgressLines("monitor eval: evaluating", stages + 1, "stage")
+    lines.update(0)
+    if model_file is not None:
+        trained = read_header(model_file).get("trained_groups")
+        summary = evaluate_saved(load_detector(model_file), runs, trained, bootstrap, seed)
+        lines.advance()
+    else:
 
-            def cv(name: str, rounds: int) -> dict:
-                make = _counted(DETECTORS.get(name), lambda: progress.advance(bar))
-                return cross_validate(runs, make, folds, seed).summary(rounds)
+        def cv(name: str, rounds: int) -> dict:
+            make = _counted(DETECTORS.get(name), lambda: lines.advance(fitting=name))
+            return cross_validate(runs, make, folds, seed).summary(rounds)
 
-            summary = cv("learned", bootstrap)
-            summary["sample"] = f"out-of-sample: {folds}-fold cross-validation grouped by task"
-            if baselines:
-                summary["baselines"] = {name: _headline(cv(name, 0)) for name in detectors[1:]}
-        summary["headroom"] = headroom(runs, folds, seed)
-        progress.advance(bar)
+        summary = cv("learned", bootstrap)
+        summary["sample"] = f"out-of-sample: {folds}-fold cross-validation grouped by task"
+        if baselines:
+            summary["baselines"] = {name: _headline(cv(name, 0)) for name in detectors[1:]}
+    lines.advance(fitting="headroom")
+    summary["headroom"] = headroom(runs, folds, seed)
+    lines.finish()
     if json_out:
         print_json(summary)
         return
@@ -291,9 +279,10 @@ def judge_command(
 
     judge = PrefixJudge(OpenAICompatibleModel(endpoint.model_config()))
     going = runs_going(_stored(db, dataclasses.replace(where, limit=None)), step)[: where.limit]
-    with progress_bar(json_out) as progress:
-        bar = progress.add_task(f"judging step {step}", total=len(going))
-        summary = judge_at_step(judge, going, step, workers, lambda: progress.advance(bar))
+    lines = ProgressLines(f"monitor judge: step {step}", len(going), "run")
+    lines.update(0)
+    summary = judge_at_step(judge, going, step, workers, lines.advance)
+    lines.finish()
     if json_out:
         print_json(summary)
         return

@@ -130,6 +130,38 @@ class PolicyFlags(Endpoint):
         return self.policy_options(self.error_rate, self.temperature)
 
 
+StrategiesOption = Annotated[
+    int,
+    typer.Option(
+        "--strategies",
+        min=0,
+        help="Retrieve this many stored strategies per task into the policy's prompt (0: none).",
+    ),
+]
+RetrieverOption = Annotated[
+    str, typer.Option("--retriever", help="lexical (BM25) or embedding (all-MiniLM-L6-v2).")
+]
+
+
+@dataclass(frozen=True)
+class StrategyFlags:
+    """Retrieved strategies as guidance for policies that read it (see `strategies`)."""
+
+    strategies: StrategiesOption = 0
+    retriever: RetrieverOption = "lexical"
+
+    def guided(self, options: PolicyOptions, db: Any, tasks: list) -> PolicyOptions:
+        """`options` with the strategies retrieved for each task from the store at `db`."""
+        if not self.strategies:
+            return options
+        from trajforge.cli.common import open_store
+        from trajforge.strategies.run import guidance_for
+
+        with open_store(db) as store:
+            found = guidance_for(store, tasks, self.strategies, self.retriever)
+        return options.model_copy(update={"strategies": found})
+
+
 @dataclass(frozen=True)
 class Offer:
     """How a command offers an option set: flags left out, and fields given another flag."""

@@ -8,8 +8,9 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from trajforge.cli.common import DbOption, JsonOption, console, open_store, print_json, progress_bar
+from trajforge.cli.common import DbOption, JsonOption, console, open_store, print_json
 from trajforge.cli.options import Endpoint, RunFilter, RunFilterNoOutcome, UserOption, option_sets
+from trajforge.progress import ProgressLines
 
 SourceArg = Annotated[
     list[str] | None,
@@ -64,11 +65,13 @@ def recover_command(
     )
     recovery = build_recovery(setup)
     flt = runs.selection(ids, outcome="failure")
-    with open_store(db) as store, progress_bar(json_out) as progress:
-        bar = progress.add_task("recovering", total=store.count(flt))
+    with open_store(db) as store:
+        lines = ProgressLines("recover", store.count(flt), "run")
+        lines.update(0)
         report, demos = recover_store(
-            store, flt, recovery, save=save, on_run=lambda _: progress.advance(bar)
+            store, flt, recovery, save=save, on_run=lambda _: lines.advance()
         )
+    lines.finish()
     if out is not None:
         write_recovered(demos, report, out)
     if json_out:

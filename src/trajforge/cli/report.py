@@ -12,6 +12,7 @@ from rich.table import Table
 from trajforge.cli.common import DbOption, JsonOption, console, open_store, print_json
 from trajforge.cli.options import Offer, RunFilter, option_sets
 from trajforge.export import EXPORTERS, export
+from trajforge.export.registry import WRITTEN, written_files
 from trajforge.outputs import check_output_path
 from trajforge.schema import json_schema
 from trajforge.store import default_db_path
@@ -105,16 +106,21 @@ def export_command(
     db: DbOption = None,
     runs: RunFilter = RunFilter(),
 ) -> None:
-    """Export trajectories (JSONL round-trips exactly; Parquet for analytics).
+    """Export trajectories (JSONL round-trips exactly; Parquet for analytics; ATIF, one file
+    per run in a folder, for tools that read Harbor trajectories) or training data (sft:
+    training rows; openai: OpenAI fine-tuning chat lines; dpo: preference pairs; rl:
+    token-level samples).
 
     Without --format, a `.parquet` file name means Parquet, anything else JSONL.
     """
     fmt = fmt or format_for(out)
     EXPORTERS.get(fmt)  # fail on an unknown format before reading
-    check_output_path(out, protected=[db or default_db_path()])
+    if not out.is_dir():  # a folder is for formats that write one file per run
+        check_output_path(out, protected=[db or default_db_path()])
     with open_store(db) as store:
         count = export(fmt, store, out, runs.selection())
-    console.print(f"wrote {count} trajectories to {out} ({fmt})")
+    files = ", ".join(str(path) for path in written_files(fmt, out))
+    console.print(f"wrote {count} {WRITTEN.get(fmt, 'trajectories')} to {files} ({fmt})")
 
 
 def format_for(out: Path) -> str:
@@ -122,6 +128,15 @@ def format_for(out: Path) -> str:
     return "parquet" if out.suffix.lower() == ".parquet" else "jsonl"
 
 
-def schema_command() -> None:
-    """Print the JSON Schema of a trajectory document."""
+def schema_command(
+    training: Annotated[
+        bool, typer.Option("--training", help="The JSON Schema of each training-row form.")
+    ] = False,
+) -> None:
+    """Print the JSON Schema of a trajectory document (or of the training rows)."""
+    if training:
+        from trajforge.generate.rows import json_schemas
+
+        print_json(json_schemas())
+        return
     print_json(json_schema())

@@ -7,9 +7,13 @@ from typing import Annotated, Any
 
 import typer
 
-from trajforge.cli.common import JsonOption, err_console, guarded, print_json
+from trajforge.cli.common import JsonOption, config_from_options, guarded, print_json
 from trajforge.cli.learn import train_app
 from trajforge.errors import UserError
+from trajforge.progress import ProgressLines
+
+_FLAGS = {"tasks_per_iteration": "--tasks", "group_size": "--group", "kl_coef": "--kl"}
+"""The flags of the RLConfig fields whose flag is not `--field-name`."""
 
 
 def rl_command(
@@ -38,6 +42,7 @@ def rl_command(
 ) -> None:
     """GRPO-style RL of a student: rollouts through serve + proxy, update, hot reload."""
     from trajforge.train.rl import RLConfig, train_rl
+    from trajforge.train.rl.checkpoints import read_run
 
     config = None
     if reward not in ("outcome", "process"):
@@ -45,38 +50,60 @@ def rl_command(
     if not resume:
         if base is None:
             raise UserError("give --base CHECKPOINT (or --resume)")
-        config = RLConfig(
+        config = config_from_options(
+            RLConfig, _FLAGS,
             iterations=iterations, tasks_per_iteration=tasks, group_size=group,
             reward="process" if reward == "process" else "outcome",
             lr=lr, kl_coef=kl, max_steps=max_steps, eval_every=eval_every,
             eval_tasks=eval_tasks, concurrency=concurrency, seed=seed,
             early_stop_after=early_stop_after,
         )  # fmt: skip
-    rows = train_rl(base, out, config, resume=resume, report=_print_row)
+    total = config.iterations if config else RLConfig(**read_run(out)["config"]).iterations
+    shown = _RLProgress(total)
+    rows = train_rl(base, out, config, resume=resume, report=shown.row, on_episode=shown.episode)
     if as_json:
         print_json({"out": str(out), "iterations": rows})
 
 
-def _print_row(row: dict[str, Any]) -> None:
-    parts = [f"iter {row['iteration']:>3}"]
+class _RLProgress:
+    """A line per finished iteration (its figures, the run's rate and ETA) and, within an
+    iteration, throttled lines of its rollouts."""
+
+    def __init__(self, iterations: int) -> None:
+        self.iterations = ProgressLines("train rl", iterations, "iteration")
+        self.rollouts: ProgressLines | None = None
+        self.current = 0
+
+    def episode(self, iteration: int, done: int, total: int) -> None:
+        if self.rollouts is None or iteration != self.current:
+            self.rollouts = ProgressLines(f"train rl: iteration {iteration}", total, "rollout")
+            self.current = iteration
+        self.rollouts.update(done)
+
+    def row(self, row: dict[str, Any]) -> None:
+        _show_row(self.iterations, row)
+
+
+def _show_row(lines: ProgressLines, row: dict[str, Any]) -> None:
+    """An iteration's figures as a progress line of its own."""
+    fields: dict[str, object] = {}
     if "reward" in row:
-        parts += [
-            f"reward {row['reward']:.3f}",
-            f"corr {row['correlation']:.5f}",
-            f"max|dlogp| {row['max_logprob_diff']:.2e}",
-            f"kl {row['kl']:.4f}",
-            f"{row['episodes_per_s']:.1f} ep/s",
-            f"{row['tokens_per_s']:.0f} tok/s",
-            f"drift {row['drift_points_dropped']}",
-        ]
+        fields = {
+            "reward": f"{row['reward']:.3f}",
+            "corr": f"{row['correlation']:.5f}",
+            "max|dlogp|": f"{row['max_logprob_diff']:.2e}",
+            "kl": f"{row['kl']:.4f}",
+            "rollouts": f"{row['episodes_per_s']:.1f} ep/s {row['tokens_per_s']:.0f} tok/s",
+            "drift": row["drift_points_dropped"],
+        }
     if "monitor" in row:
-        parts.append(f"monitor {row['monitor']}")
+        fields["monitor"] = row["monitor"]
     if row.get("monitor_on"):
-        parts.append(f"stopped {row['stopped']}/{row['episodes']}")
+        fields["stopped"] = f"{row['stopped']}/{row['episodes']}"
     held = row.get("heldout")
     if held:
-        parts.append(f"held-out {held['rate']:.3f} [{held['ci'][0]:.3f}, {held['ci'][1]:.3f}]")
-    err_console.print("  ".join(parts), highlight=False)
+        fields["held-out"] = f"{held['rate']:.3f} [{held['ci'][0]:.3f}, {held['ci'][1]:.3f}]"
+    lines.show(int(row["iteration"]), **fields)
 
 
 train_app.command("rl")(guarded(rl_command))

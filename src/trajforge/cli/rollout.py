@@ -4,18 +4,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
-from rich import progress as rich_progress
 from rich.console import Console
 from rich.table import Table
 
-from trajforge.cli.common import DbOption, JsonOption, console, err_console, open_store, print_json
-from trajforge.cli.options import Offer, PolicyFlags, option_sets
+from trajforge.cli.common import DbOption, JsonOption, console, open_store, print_json
+from trajforge.cli.options import Offer, PolicyFlags, StrategyFlags, option_sets
 from trajforge.envs.faults import check_tools, parse_fault_spec
 from trajforge.evaluate.robustness import ConditionReport, KindReport, run_robustness
 from trajforge.generate.rft import RFTConfig, rft_dataset
+from trajforge.progress import ProgressLines
 from trajforge.rollout.backends import BACKENDS
 from trajforge.rollout.episode import Limits
 from trajforge.rollout.factory import AgentSpec, PolicyOptions, build, make_env
@@ -71,51 +71,40 @@ class BatchFlags:
 StepLimitedBatch = Annotated[BatchFlags, Offer(without=("max_tokens", "max_wall"))]
 
 
-class LiveProgress(Progress):
-    """A rich progress bar: done, running, success rate, tokens."""
+class ProgressReport(Progress):
+    """The runner's events as progress lines: episodes done, running, success among those
+    judged, model errors, tokens/s."""
 
     def __init__(self, title: str) -> None:
-        self.bar = rich_progress.Progress(
-            rich_progress.TextColumn("[bold]{task.description}"),
-            rich_progress.BarColumn(),
-            rich_progress.MofNCompleteColumn(),
-            rich_progress.TextColumn(
-                "running {task.fields[running]} · success {task.fields[rate]} · "
-                "tokens {task.fields[tokens]}"
-            ),
-            rich_progress.TimeElapsedColumn(),
-            console=err_console,
-        )
         self.title = title
-        self.task_id: rich_progress.TaskID | None = None
-        self.finished = self.successes = self.tokens = 0
-
-    def __enter__(self) -> LiveProgress:
-        self.bar.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.bar.stop()
+        self.lines: ProgressLines | None = None
+        self.judged = self.successes = self.model_errors = 0
 
     def start(self, total: int, skipped: int) -> None:
         title = self.title + (f" ({skipped} done before)" if skipped else "")
-        self.task_id = self.bar.add_task(
-            title, total=total, completed=skipped, running=0, rate="-", tokens=0
-        )
-
-    def _update(self, **fields: Any) -> None:
-        if self.task_id is not None:
-            self.bar.update(self.task_id, **fields)
+        self.lines = ProgressLines(title, total, "episode")
+        self.lines.update(skipped, running=0, success="-")
 
     def running(self, count: int) -> None:
-        self._update(running=count)
+        if self.lines is not None:
+            self.lines.fields["running"] = count
 
     def done(self, episode: FinishedEpisode) -> None:
-        self.finished += 1
-        self.successes += bool(episode.success)
-        self.tokens += episode.tokens
-        rate = f"{self.successes / self.finished:.0%}"
-        self._update(advance=1, rate=rate, tokens=self.tokens)
+        if self.lines is None:
+            return
+        if episode.model_failure is not None:
+            self.model_errors += 1
+            self.lines.fields["model errors"] = self.model_errors
+        else:
+            self.judged += 1
+            self.successes += bool(episode.success)
+            self.lines.fields["success"] = f"{self.successes / self.judged:.0%}"
+        self.lines.count("tok", episode.tokens)
+        self.lines.advance()
+
+    def finish(self) -> None:
+        if self.lines is not None:
+            self.lines.finish()
 
 
 def build_config(
@@ -148,18 +137,18 @@ def build_config(
 
 
 def execute(
-    config: RolloutConfig, db: Path | None, batch: BatchFlags, show: bool
+    config: RolloutConfig, db: Path | None, batch: BatchFlags
 ) -> tuple[BatchSummary, list[FinishedEpisode]]:
-    """Run a batch into the store, with a live bar when `show`."""
+    """Run a batch into the store, with progress lines on stderr."""
     run_on, concurrency = BACKENDS.get(batch.backend), batch.concurrency
+    title = f"{config.env} · {config.policy}" + (
+        f" · {','.join(config.faults)}" if config.faults else ""
+    )
+    report = ProgressReport(title)
     with open_store(db, must_exist=False) as store:
-        if not show:
-            return run_episodes(config, store, run_on, concurrency)
-        title = f"{config.env} · {config.policy}" + (
-            f" · {','.join(config.faults)}" if config.faults else ""
-        )
-        with LiveProgress(title) as live:
-            return run_episodes(config, store, run_on, concurrency, live)
+        result = run_episodes(config, store, run_on, concurrency, report)
+    report.finish()
+    return result
 
 
 @option_sets
@@ -171,6 +160,7 @@ def rollout_command(
     faults: FaultsArg = None,
     batch: BatchFlags = BatchFlags(),
     llm: PolicyFlags = PolicyFlags(),
+    guidance: StrategyFlags = StrategyFlags(),
     run: RunArg = None,
     db: DbOption = None,
     json_out: JsonOption = False,
@@ -179,7 +169,10 @@ def rollout_command(
     from trajforge.models.retry import require_an_answer
 
     config = build_config(env, tasks, policy, n, faults, batch, llm.options(), run)
-    summary, episodes = execute(config, db, batch, show=not json_out)
+    if guidance.strategies:
+        options = guidance.guided(config.options, db, config.tasks)
+        config = config.model_copy(update={"options": options})
+    summary, episodes = execute(config, db, batch)
     if json_out:
         print_json(summary.model_dump())
     else:
@@ -218,14 +211,14 @@ def rft_command(
 ) -> None:
     """Sample K rollouts per task, keep verified successes without near-duplicates, write SFT."""
     config = build_config(env, tasks, policy, k, None, batch, llm.options(), run="rft")
-    _, episodes = execute(config, db, batch, show=not json_out)
+    _, episodes = execute(config, db, batch)
     trajs = [episode.trajectory() for episode in episodes]
     result = rft_dataset(trajs, env, out, RFTConfig(similarity=similarity))
     summary = result.summary()
     if json_out:
         print_json(summary)
         return
-    table = Table(title=f"RFT yield → {result.data}")
+    table = Table(title=f"RFT yield → {', '.join(str(p) for p in result.data)}")
     for column in ("task", "sampled", "successes", "verified", "kept"):
         table.add_column(column, justify="left" if column == "task" else "right")
     for row in result.report:
@@ -233,7 +226,11 @@ def rft_command(
             row.task, *(str(v) for v in (row.sampled, row.successes, row.verified, row.kept))
         )
     console.print(table)
-    console.print(f"kept {summary['kept']} of {summary['sampled']} ({summary['yield']:.1%})")
+    console.print(
+        f"kept {summary['kept']} of {summary['sampled']} ({summary['yield']:.1%}): "
+        f"{summary['rows']} training rows, {summary['learned_turns']} turns learned, "
+        f"{summary['masked_turns']} labelled mistakes kept as context only"
+    )
 
 
 DEFAULT_CONDITIONS = ["transient:0.2", "persistent", "silent:0.2"]
@@ -261,7 +258,7 @@ def robustness_command(
     base = build_config(env, tasks, policy, n, None, batch, llm.options(), run="robustness")
 
     def run(config: RolloutConfig) -> list[Trajectory]:
-        episodes = execute(config, db, batch, show=not json_out)[1]
+        episodes = execute(config, db, batch)[1]
         return [episode.trajectory() for episode in episodes]
 
     reports = run_robustness(base, conditions, run)

@@ -2,9 +2,10 @@
 
 A recovery demonstration keeps the run up to and including the wrong action and what the
 environment answered, restores the environment to that state (by replay), and lets a
-teacher policy continue to the end. As a training row the wrong action stays in the
-context with `weight: 0` (never a target); the teacher's continuation is what is learned.
-Only continuations that end in success are kept: they are verified recoveries.
+teacher policy continue to the end. As training rows (`trajforge.generate.rows`) the wrong
+action stays in the prompts as context only (never a completion); each of the other actions,
+the teacher's continuation among them, is the completion of one prompt-completion row. Only
+continuations that end in success are kept: they are verified recoveries.
 
 Where the error is: a labelled deliberate error (a noisy teacher's mistake), or, for a
 student's own failed run, the first step at which the teacher would have acted otherwise
@@ -16,28 +17,23 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
+import orjson
+
 from trajforge.agents.base import EpisodeState, Policy
 from trajforge.envs.base import Environment
 from trajforge.envs.replay import replay_to
-from trajforge.generate.rft import chat_message
+from trajforge.generate.rows import Writer, run_rows
 from trajforge.rollout.episode import Limits, run_episode
 from trajforge.schema import Message, Trajectory
 
 
-def training_row(traj: Trajectory, masked: Iterable[int] = (), kind: str = "demo") -> dict:
-    """A chat row: arguments as JSON objects, `weight: 0` on masked assistant messages.
-
-    Assistant messages without a tool call are not targets either (household actions are
-    tool calls; a closing remark is not an action to learn).
-    """
-    skip = set(masked)
-    messages = []
-    for index, message in enumerate(traj.messages):
-        data = chat_message(message)
-        if message.role == "assistant" and (index in skip or not message.tool_calls):
-            data["weight"] = 0
-        messages.append(data)
-    return {"messages": messages, "tools": traj.tools, "task_id": traj.task.id, "kind": kind}
+def household_rows(
+    traj: Trajectory, masked: Iterable[int] = (), kind: str = "demo", writer: Writer = "lab"
+) -> list[dict[str, Any]]:
+    """The training rows of a household run: `masked` assistant turns (and the run's
+    labelled mistakes) are context only, and so is assistant text without a tool call
+    (household actions are tool calls; a closing remark is not an action to learn)."""
+    return run_rows(traj, writer, not_learned=masked, actions_only=True, kind=kind)
 
 
 def error_end(traj: Trajectory, error_index: int) -> int:
@@ -59,7 +55,7 @@ def recover(
         source=parent.source,
         messages=[m.model_copy(deep=True) for m in parent.messages[:end]],
         tools=parent.tools,
-        metadata={"recovered_from": parent.id, "error_index": error_index},
+        metadata={"recovered_from": parent.id or parent.content_id(), "error_index": error_index},
     )
     prefix_steps = len(child.assistant_indices())
     return run_episode(
@@ -77,14 +73,18 @@ def first_labelled_error(traj: Trajectory) -> int | None:
     return min((i for i in indices if i is not None), default=None)
 
 
-def _action_key(message: Message) -> list[tuple[str, Any]]:
+def action_key(message: Message) -> list[tuple[str, Any]]:
     """What an assistant message does: its tool calls with parsed arguments, else its text."""
     if not message.tool_calls:
         return [("say", message.text())]
-    return [
-        (c.name, chat_message(message)["tool_calls"][i]["function"]["arguments"])
-        for i, c in enumerate(message.tool_calls)
-    ]
+    return [(c.name, _parsed(c.arguments)) for c in message.tool_calls]
+
+
+def _parsed(arguments: str) -> Any:
+    try:
+        return orjson.loads(arguments)
+    except orjson.JSONDecodeError:
+        return arguments
 
 
 def first_disagreement(
@@ -102,7 +102,7 @@ def first_disagreement(
             step=len([i for i in traj.assistant_indices() if i < index]),
         )
         wanted = teacher.act(state).message
-        if _action_key(wanted) != _action_key(traj.messages[index]):
+        if action_key(wanted) != action_key(traj.messages[index]):
             return index
     return None
 
@@ -114,10 +114,10 @@ def recovery_rows(
     max_steps: int,
     kind: str,
 ) -> list[dict[str, Any]]:
-    """Verified recovery demonstrations (rows) of (run, error index) pairs."""
+    """The rows of verified recovery demonstrations of (run, error index) pairs."""
     rows = []
     for parent, error_index in runs:
         child = recover(env_factory(), parent, error_index, teacher, max_steps)
         if child.outcome.success:
-            rows.append(training_row(child, masked=[error_index], kind=kind))
+            rows += household_rows(child, masked=[error_index], kind=kind)
     return rows

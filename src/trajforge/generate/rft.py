@@ -8,9 +8,13 @@ From K sampled rollouts per task, a trajectory is kept when
    (difflib similarity of the action lists at least `similarity`; 1.0 keeps all but exact
    repeats).
 
-The output is chat JSONL with tools, the form TRL's `SFTTrainer` reads:
-`{"messages": [...], "tools": [...]}` per line (tool-call arguments as JSON objects), plus
-`yield.json` with sampled / successes / verified / kept per task. A rollout a model error
+The output is `train.messages.jsonl` and `train.prompt-completion.jsonl` (one file per
+form, as trainers read one form per dataset) in trajforge's training-row schema
+(`trajforge.generate.rows`): a kept run with no labelled mistake is one `messages` row
+(every assistant turn learned); a kept run whose policy made labelled mistakes on the way
+(a noisy policy that still succeeded) becomes one prompt-completion row per correct turn,
+the mistakes staying in the prompts as context only. Plus `yield.json` with sampled /
+successes / verified / kept per task and the row counts. A rollout a model error
 ended is not judged: it is counted (`model_errors`) and left out of the yield.
 """
 
@@ -26,8 +30,9 @@ from pydantic import BaseModel, Field
 
 from trajforge.envs import make_env
 from trajforge.envs.replay import replay_to
+from trajforge.generate.rows import row_counts, run_rows, write_forms
 from trajforge.models.retry import model_failure, require_an_answer
-from trajforge.schema import Message, Trajectory
+from trajforge.schema import Trajectory
 
 DATA_FILE = "train.jsonl"
 YIELD_FILE = "yield.json"
@@ -120,43 +125,29 @@ def select(
     return kept, report
 
 
-def chat_message(message: Message) -> dict[str, Any]:
-    """A message in the chat form trainers read (tool-call arguments as objects)."""
-    data: dict[str, Any] = {"role": message.role, "content": message.text()}
-    if message.tool_calls:
-        data["tool_calls"] = [
-            {"id": c.id, "type": "function",
-             "function": {"name": c.name, "arguments": _arguments(c.arguments)}}
-            for c in message.tool_calls
-        ]  # fmt: skip
-    if message.tool_call_id:
-        data["tool_call_id"] = message.tool_call_id
-    if message.name and message.role == "tool":
-        data["name"] = message.name
-    return data
+class RFTResult(BaseModel):
+    """What an RFT selection wrote and kept."""
+
+    data: list[Path] = Field(description="The training-row files written, one per form.")
+    report: list[TaskYield] = Field(description="Yield per task.")
+    counts: dict[str, int] = Field(description="Rows, learned and masked turns (`row_counts`).")
+
+    def summary(self) -> dict[str, Any]:
+        """Output path, totals and the per-task yield, as the command reports them."""
+        tasks = [r.model_dump() for r in self.report]
+        out = [str(p) for p in self.data]
+        return {"out": out, **totals(self.report), **self.counts, "tasks": tasks}
 
 
-def _arguments(text: str) -> dict[str, Any]:
-    try:
-        value = orjson.loads(text)
-    except orjson.JSONDecodeError:
-        return {"raw": text}
-    return value if isinstance(value, dict) else {"value": value}
-
-
-def write_sft(kept: list[Trajectory], report: list[TaskYield], out: Path) -> Path:
-    """Write `train.jsonl` and `yield.json` into `out`; returns the data file."""
+def write_sft(kept: list[Trajectory], report: list[TaskYield], out: Path) -> RFTResult:
+    """Write the training rows (a file per form) and `yield.json` into `out`."""
     out.mkdir(parents=True, exist_ok=True)
-    data = out / DATA_FILE
-    partial = data.with_suffix(".jsonl.partial")
-    with partial.open("wb") as handle:
-        for traj in kept:
-            record = {"messages": [chat_message(m) for m in traj.messages], "tools": traj.tools}
-            handle.write(orjson.dumps(record) + b"\n")
-    partial.replace(data)
-    summary = {"tasks": [r.model_dump() for r in report], **totals(report)}
+    rows = [row for traj in kept for row in run_rows(traj, "rft")]
+    files = write_forms(out / DATA_FILE, rows)
+    summary = {"tasks": [r.model_dump() for r in report], **totals(report), **row_counts(rows)}
+    summary["files"] = {form: path.name for form, path in files.items()}
     (out / YIELD_FILE).write_bytes(orjson.dumps(summary, option=orjson.OPT_INDENT_2))
-    return data
+    return RFTResult(data=list(files.values()), report=report, counts=row_counts(rows))
 
 
 def totals(report: list[TaskYield]) -> dict[str, Any]:
@@ -174,18 +165,6 @@ def totals(report: list[TaskYield]) -> dict[str, Any]:
     }
 
 
-class RFTResult(BaseModel):
-    """What an RFT selection wrote and kept."""
-
-    data: Path = Field(description="The SFT file written (train.jsonl).")
-    report: list[TaskYield] = Field(description="Yield per task.")
-
-    def summary(self) -> dict[str, Any]:
-        """Output path, totals and the per-task yield, as the command reports them."""
-        tasks = [r.model_dump() for r in self.report]
-        return {"out": str(self.data), **totals(self.report), "tasks": tasks}
-
-
 def rft_dataset(
     trajs: list[Trajectory], env_name: str, out: Path, config: RFTConfig | None = None
 ) -> RFTResult:
@@ -193,4 +172,4 @@ def rft_dataset(
     when every sample ended because the model could not be reached: that is an error)."""
     require_an_answer([model_failure(t) for t in trajs], "sampled rollout", "nothing was kept")
     kept, report = select(trajs, env_name, config or RFTConfig())
-    return RFTResult(data=write_sft(kept, report, out), report=report)
+    return write_sft(kept, report, out)

@@ -1,17 +1,17 @@
 """AET stage 5: training views from diagnosed failures, and their dataset card.
 
-- diagnosis view: the run up to the decisive step -> the diagnosis as JSON (step, agent,
-  category, explanation, cited evidence).
-- actor-recovery view: the run before the decisive step + diagnostic feedback -> the
-  corrected action (a tool call, or a message from an oracle or gold run; heuristic advice
-  text is never a target), with the tool schemas the agent had (those recorded in the run,
-  else its environment's). Tool-call arguments are JSON objects; the prefix's assistant
-  turns carry `weight: 0` (context, not targets).
+- diagnosis view: the run up to the decisive step (as a transcript in one user message) ->
+  the diagnosis as JSON (step, agent, category, explanation, cited evidence);
+- actor-recovery view: the run's messages before the decisive step + diagnostic feedback (a
+  user message) -> the corrected action (a tool call, or a message from an oracle or gold
+  run; heuristic advice text is never a target), with the tool schemas the agent had (those
+  recorded in the run, else its environment's).
 
-Both are chat JSONL (`{"messages": [...], "tools": "<json>", ...metadata}`); `tools` is a JSON
-string so rows with different tool sets share one column type. Only verified diagnoses are
-written unless `verified_only=False`. The card counts items by environment, harness, model
-and category (markdown and JSON).
+Both are prompt-completion rows of the training-row schema (`trajforge.generate.rows`): only
+the completion is learned, the prefix's own assistant turns are context. Each row carries
+the run, the diagnosis (id, method, category, verified) and the message indices. Only
+verified diagnoses are written unless `verified_only=False`. The card counts items by
+environment, harness, model and category (markdown and JSON).
 """
 
 from __future__ import annotations
@@ -27,9 +27,8 @@ from trajforge.diagnose.forking import tool_schemas
 from trajforge.diagnose.model import Diagnosis
 from trajforge.diagnose.taxonomy import taxonomy_text
 from trajforge.diagnose.transcript import transcript
-from trajforge.generate.rft import chat_message as sft_message
-from trajforge.models.openai_compat import message_to_openai
-from trajforge.schema import Message, Trajectory
+from trajforge.generate.rows import checked, provenance, step_row, write_rows
+from trajforge.schema import Trajectory
 
 DIAGNOSIS_FILE = "diagnosis.jsonl"
 RECOVERY_FILE = "recovery.jsonl"
@@ -49,11 +48,6 @@ class ViewsConfig(BaseModel):
     max_chars: int = Field(default=4000, description="Longer messages are shortened in prompts.")
 
 
-def chat_message(message: Message) -> dict[str, Any]:
-    """A message as an OpenAI chat dict with string content (what SFT trainers expect)."""
-    return message_to_openai(message) | {"content": message.text()}
-
-
 def diagnosis_json(diagnosis: Diagnosis) -> str:
     """The target of the diagnosis view."""
     return orjson.dumps(
@@ -69,18 +63,12 @@ def diagnosis_json(diagnosis: Diagnosis) -> str:
     ).decode()
 
 
-def _metadata(traj: Trajectory, diagnosis: Diagnosis) -> dict[str, Any]:
+def _diagnosis_columns(diagnosis: Diagnosis) -> dict[str, Any]:
     return {
-        "id": diagnosis.id,
-        "trajectory_id": traj.id,
-        "step": diagnosis.step,
-        "category": diagnosis.category,
         "method": diagnosis.method,
+        "diagnosis_id": diagnosis.id,
+        "category": diagnosis.category,
         "verified": diagnosis.verified,
-        "environment": traj.task.environment,
-        "harness": traj.source.harness,
-        "model": traj.source.model,
-        "task_id": traj.task.id,
     }
 
 
@@ -88,17 +76,19 @@ def diagnosis_item(traj: Trajectory, diagnosis: Diagnosis, config: ViewsConfig) 
     """Prefix up to (and including) the decisive step -> diagnosis JSON."""
     step = diagnosis.step if diagnosis.step is not None else len(traj.messages) - 1
     ask = f"the run ended after message {step}" if diagnosis.omission else f"message {step}"
-    prompt = (
+    question = (
         f"Task: {traj.task.instruction or traj.task.id}\n\nRun so far:\n"
         f"{transcript(traj.messages[: step + 1], config.max_chars)}\n\n"
         f"The run failed. Diagnose {ask}."
     )
-    messages = [
-        {"role": "system", "content": DIAGNOSIS_SYSTEM},
-        {"role": "user", "content": prompt},
-        {"role": "assistant", "content": diagnosis_json(diagnosis)},
-    ]
-    return {"messages": messages, "tools": "[]", **_metadata(traj, diagnosis)}
+    return checked({
+        "form": "prompt-completion", **provenance(traj, "aet-diagnosis"), "learned": [],
+        "prompt_end": step + 1, **_diagnosis_columns(diagnosis),
+        "prompt": [{"role": "system", "content": DIAGNOSIS_SYSTEM},
+                   {"role": "user", "content": question}],
+        "completion": [{"role": "assistant", "content": diagnosis_json(diagnosis)}],
+        "tools": [],
+    })  # fmt: skip
 
 
 def feedback_text(diagnosis: Diagnosis) -> str:
@@ -113,30 +103,22 @@ def recovery_item(traj: Trajectory, diagnosis: Diagnosis) -> dict | None:
     """Prefix before the decisive step + feedback -> corrected action (None without one).
 
     Only an action is a target: a correction that is advice text from a heuristic (not a
-    tool call, nor a message from an oracle or gold run) makes no item. The prefix's own
-    assistant turns carry `weight: 0`, so only the corrected action is learned; tool-call
-    arguments are JSON objects.
+    tool call, nor a message from an oracle or gold run) makes no item.
     """
     correction = diagnosis.correction
     if correction is None or diagnosis.step is None:
         return None
     if correction.tool_call is None and correction.source not in ("oracle", "gold"):
         return None
-    prefix = [_context(m) for m in traj.messages[: diagnosis.step]]
-    feedback = {"role": "system", "content": feedback_text(diagnosis)}
-    target = sft_message(correction.as_message())
-    return {
-        "messages": [*prefix, feedback, target],
-        "tools": orjson.dumps(tool_schemas(traj)).decode(),
-        **_metadata(traj, diagnosis),
-    }
-
-
-def _context(message: Message) -> dict[str, Any]:
-    data = sft_message(message)
-    if message.role == "assistant":
-        data["weight"] = 0
-    return data
+    return step_row(
+        traj,
+        diagnosis.step,
+        correction.as_message(),
+        "aet-recovery",
+        feedback=feedback_text(diagnosis),
+        tools=tool_schemas(traj),
+        extra=_diagnosis_columns(diagnosis),
+    )
 
 
 def write_views(
@@ -150,20 +132,12 @@ def write_views(
     diagnosis_rows = [diagnosis_item(t, d, config) for t, d in kept]
     recovery_rows = [row for t, d in kept if (row := recovery_item(t, d)) is not None]
     out_dir.mkdir(parents=True, exist_ok=True)
-    _write_jsonl(out_dir / DIAGNOSIS_FILE, diagnosis_rows)
-    _write_jsonl(out_dir / RECOVERY_FILE, recovery_rows)
+    write_rows(out_dir / DIAGNOSIS_FILE, diagnosis_rows)
+    write_rows(out_dir / RECOVERY_FILE, recovery_rows)
     card = dataset_card(pairs, kept, len(recovery_rows), config)
     (out_dir / CARD_FILES[1]).write_bytes(orjson.dumps(card, option=orjson.OPT_INDENT_2))
     (out_dir / CARD_FILES[0]).write_text(card_markdown(card))
     return card
-
-
-def _write_jsonl(path: Path, rows: list[dict]) -> None:
-    tmp = path.with_suffix(".tmp")
-    with tmp.open("wb") as handle:
-        for row in rows:
-            handle.write(orjson.dumps(row) + b"\n")
-    tmp.replace(path)
 
 
 def _counts(values: list[str | None]) -> dict[str, int]:
@@ -208,8 +182,10 @@ def card_markdown(card: dict[str, Any]) -> str:
         f"- `{DIAGNOSIS_FILE}`: run prefix up to the decisive step -> diagnosis JSON.",
         f"- `{RECOVERY_FILE}`: run prefix + diagnostic feedback -> corrected action.",
         "",
-        "Rows: `messages` (OpenAI chat form), `tools` (JSON string of tool schemas), and "
-        "trajectory_id, step, category, method, verified, environment, harness, model, task_id.",
+        "Rows are prompt-completion rows of trajforge's training-row schema (`trajforge "
+        "schema --training`): `prompt`, `completion` (the only learned part), `tools` (a list "
+        "of tool schemas) and the provenance columns (run_id, learned, prompt_end, "
+        "diagnosis_id, method, category, verified, ...).",
     ]
     for key in ("by_environment", "by_harness", "by_model", "by_category", "by_method"):
         lines += ["", f"## {key.removeprefix('by_')}", "", "| value | items |", "|---|---|"]

@@ -130,6 +130,13 @@ def _skeleton(value: object, depth: int) -> object:
     return value
 
 
+def first_char(head: bytes) -> bytes:
+    """The first non-whitespace byte of `head` (b"" if none), without copying all of it
+    (detection asks for it of every file, for every format)."""
+    start = head[:256].lstrip()[:1]
+    return start or head.lstrip()[:1]
+
+
 def first_json_line(head: bytes) -> object | None:
     """The first line of `head` parsed as JSON, or None."""
     line = head.split(b"\n", 1)[0].strip()

@@ -1,7 +1,9 @@
 """OpenAI chat JSONL: one `{"messages": [...], "tools": [...]}` conversation per line.
 
-This is the format SFT trainers read (and what `trajforge diagnose views` writes, with
-`tools` as a JSON string: that is read back too).
+This is the format SFT trainers read. A conversational prompt-completion line (`prompt` and
+`completion` message lists, as trajforge's training rows hold them when only the completion
+is learned) is read as the conversation `prompt + completion`. `tools` may be a JSON string
+of the list (older trajforge views wrote it so).
 Other keys of a line are kept in `metadata`; `task_id` / `id`, `environment`, `model`,
 `success` / `reward` are used when present. Without a task id, the id is derived from the
 opening system and user messages, so conversations on the same prompt share a task.
@@ -29,7 +31,18 @@ from trajforge.importers.base import (
 from trajforge.openai_wire import to_message
 from trajforge.schema import Message, Outcome, Source, Task, Trajectory
 
-_USED = {"messages", "tools", "task_id", "id", "environment", "model", "success", "reward"}
+_USED = {
+    "messages",
+    "prompt",
+    "completion",
+    "tools",
+    "task_id",
+    "id",
+    "environment",
+    "model",
+    "success",
+    "reward",
+}
 
 
 class OpenAIChatImporter:
@@ -37,8 +50,10 @@ class OpenAIChatImporter:
     description = 'OpenAI chat JSONL ({"messages": [...], "tools": [...]} per line)'
 
     def detect(self, path: Path, head: bytes) -> bool:
-        return first_line_has_keys(head, "messages") and not first_line_has_keys(
-            head, "format_version"
+        if first_line_has_keys(head, "format_version"):
+            return False
+        return first_line_has_keys(head, "messages") or first_line_has_keys(
+            head, "prompt", "completion"
         )
 
     def read(self, path: Path) -> Iterator[Trajectory]:
@@ -58,7 +73,8 @@ class OpenAIChatImporter:
 def _to_trajectory(record: Any, path: Path) -> Trajectory:
     if not isinstance(record, dict):
         raise ValueError("expected a JSON object")
-    messages = _messages(record["messages"])
+    conversation = record["messages"] if "messages" in record else _prompt_completion(record)
+    messages = _messages(conversation)
     tools = _tools(record.get("tools"))
     reward = record.get("reward")
     success = record.get("success")
@@ -78,6 +94,13 @@ def _to_trajectory(record: Any, path: Path) -> Trajectory:
         outcome=Outcome(success=success, reward=reward),
         metadata={k: v for k, v in record.items() if k not in _USED},
     )
+
+
+def _prompt_completion(record: dict[str, Any]) -> list[Any]:
+    prompt, completion = record["prompt"], record["completion"]
+    if not isinstance(prompt, list) or not isinstance(completion, list):
+        raise ValueError("prompt and completion: expected lists of messages")
+    return prompt + completion
 
 
 def _tools(raw: Any) -> list[Any]:

@@ -29,7 +29,7 @@ from trajforge.importers.base import (
 from trajforge.importers.registry import detect_format, require_format
 from trajforge.jsonfile import line_ranges
 from trajforge.processes import ignore_interrupts, usable_cores, worker_pool
-from trajforge.schema import Trajectory
+from trajforge.schema import IMPORT_WARNINGS, Trajectory
 from trajforge.store import EncodedTrajectory, Store, StoreFull, encode
 from trajforge.store.metadata import Actor, Filled, MetadataUpdate, fill_unknown
 
@@ -57,6 +57,10 @@ class FileResult(BaseModel):
         default_factory=list, description="Which of model / run those runs kept."
     )
     error: str | None = Field(default=None, description="Why the file failed (nothing added).")
+    warnings: list[str] = Field(
+        default_factory=list,
+        description="What the importer could not read (the runs were added without it).",
+    )
 
 
 class SourceOverrides(BaseModel):
@@ -205,12 +209,23 @@ def plan(
         except UserError as exc:
             report.files.append(FileResult(path=str(path), error=str(exc)))
     jobs.extend((p, imp) for p, imp in candidates if imp is not None)
-    claimed = {os.path.abspath(s) for p, imp in jobs for s in imp.sidecars(p)}
+    claimed = _claimed(jobs)
     for path, imp in candidates:
         if imp is None:
             claimed_here = os.path.abspath(path) in claimed
             (report.sidecars if claimed_here else report.not_trajectories).append(str(path))
-    return jobs, report
+    report.sidecars.extend(str(p) for p, _ in jobs if os.path.abspath(p) in claimed)
+    return [(p, imp) for p, imp in jobs if os.path.abspath(p) not in claimed], report
+
+
+def _claimed(jobs: list[tuple[Path, Importer]]) -> set[str]:
+    """The companion files the jobs' importers read with their runs: an ATIF continuation
+    is itself a trajectory file, but imported as part of the run it continues."""
+    claimed: set[str] = set()
+    for path, imp in jobs:
+        own = os.path.abspath(path)
+        claimed.update(a for a in map(os.path.abspath, imp.sidecars(path)) if a != own)
+    return claimed
 
 
 def import_paths(
@@ -245,9 +260,17 @@ when its format has a run per line (`ReadsLineRanges`), else in this process whi
 stored, run by run; it is never held whole."""
 PART_BYTES = 8_000_000
 
-_Runs = Iterable[EncodedTrajectory] | str
+
+class _Encoded(NamedTuple):
+    """A run ready for the store, and what its importer could not read of it."""
+
+    run: EncodedTrajectory
+    warnings: tuple[str, ...] = ()
+
+
+_Runs = Iterable[_Encoded] | str
 """A file's encoded runs, or why the file cannot be imported."""
-_Read = list[EncodedTrajectory] | str
+_Read = list[_Encoded] | str
 
 
 def import_jobs(
@@ -360,7 +383,7 @@ class _ReadAhead:
             else:
                 yield self._parts(index, future, path)
 
-    def _parts(self, index: int, future: Future[_Read], path: Path) -> Iterator[EncodedTrajectory]:
+    def _parts(self, index: int, future: Future[_Read], path: Path) -> Iterator[_Encoded]:
         """The runs of a file read in parts; a part that fails fails the file."""
         while True:
             runs = _result(future, path)
@@ -427,16 +450,17 @@ def _read_piece(
 
 def _encoded_runs(
     path: Path, trajs: Iterable[Trajectory], overrides: SourceOverrides, first: str = ""
-) -> Iterator[EncodedTrajectory]:
-    """The runs encoded, whatever their format: a run with no messages, or one too deeply
-    nested to store, is an `InputError` naming it by its index (`first`: where the runs
-    start, when they are a part of the file)."""
+) -> Iterator[_Encoded]:
+    """The runs encoded with their import warnings, whatever their format: a run with no
+    messages, or one too deeply nested to store, is an `InputError` naming it by its index
+    (`first`: where the runs start, when they are a part of the file)."""
     runs = _Counted(overrides.apply(trajs))
     try:
         for traj in runs:
             if not traj.messages:
                 raise InputError(str(path), EMPTY_RUN, _record(first, runs.count))
-            yield encode(traj)
+            warnings = traj.metadata.get(IMPORT_WARNINGS) or ()
+            yield _Encoded(encode(traj), tuple(map(str, warnings)))
     except (PydanticSerializationError, RecursionError):
         problem = "cannot store the run: a value is nested too deeply"
         raise InputError(str(path), problem, _record(first, runs.count)) from None
@@ -462,17 +486,25 @@ def _store_file(
     try:
         with store.savepoint():
             for encoded in runs:
-                if store.add_encoded(encoded):
+                _add_warnings(result, encoded.warnings)
+                if store.add_encoded(encoded.run):
                     result.added += 1
                     continue
                 result.duplicates += 1
                 if not update.is_empty():
-                    _fill(result, fill_unknown(store, encoded.id, update, actor), encoded.id)
+                    traj_id = encoded.run.id
+                    _fill(result, fill_unknown(store, traj_id, update, actor), traj_id)
     except StoreFull:
         raise  # not this file's fault: the import stops
     except UserError as exc:
         return FileResult(path=str(path), format=imp.name, error=str(exc))
     return result
+
+
+def _add_warnings(result: FileResult, warnings: tuple[str, ...]) -> None:
+    for warning in warnings:
+        if warning not in result.warnings:
+            result.warnings.append(warning)
 
 
 def _fill(result: FileResult, done: Filled, traj_id: str) -> None:

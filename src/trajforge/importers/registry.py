@@ -9,10 +9,13 @@ from trajforge.importers.base import HEAD_BYTES, Importer, read_head, read_skele
 from trajforge.jsonfile import compression_of
 from trajforge.registry import Registry
 
-IMPORTERS: Registry[type[Importer]] = Registry("import format")
+IMPORTERS: Registry[type[Importer]] = Registry("import format", "trajforge.importers")
+"""Built-in formats, and those installed packages add through entry points of the group
+`trajforge.importers` (`name = "module:ImporterClass"`)."""
 
 # Detection order matters: formats recognized by their own markers first, generic ones last.
-# A format registered elsewhere takes part in detection once its name is added here.
+# Formats of installed plug-ins are tried after these (`detection_order`), so a plug-in
+# never takes a file a built-in format reads; `--format NAME` picks one directly.
 DETECTION_ORDER: list[str] = [
     "trajforge",
     "mini-swe-agent",
@@ -20,11 +23,17 @@ DETECTION_ORDER: list[str] = [
     "tau2-bench",
     "tau-bench",
     "who-and-when",
+    "inspect",
+    "atif",
+    "openhands",
     "openai-chat",
 ]
 IMPORTERS.register("trajforge", "trajforge.importers.trajforge_jsonl:TrajforgeJsonlImporter")
 IMPORTERS.register("mini-swe-agent", "trajforge.importers.mini_swe_agent:MiniSweAgentImporter")
 IMPORTERS.register("swe-agent", "trajforge.importers.swe_agent:SweAgentImporter")
+IMPORTERS.register("inspect", "trajforge.importers.inspect_ai:InspectImporter")
+IMPORTERS.register("atif", "trajforge.importers.atif:AtifImporter")
+IMPORTERS.register("openhands", "trajforge.importers.openhands:OpenHandsImporter")
 IMPORTERS.register("tau2-bench", "trajforge.importers.tau2_bench:Tau2BenchImporter")
 IMPORTERS.register("tau-bench", "trajforge.importers.tau_bench:TauBenchImporter")
 IMPORTERS.register("who-and-when", "trajforge.importers.who_and_when:WhoAndWhenImporter")
@@ -36,9 +45,22 @@ def importer(name: str) -> Importer:
     return IMPORTERS.get(name)()
 
 
+def detection_order() -> list[str]:
+    """The built-in formats in `DETECTION_ORDER`, then installed plug-ins' formats."""
+    extra = [n for n in IMPORTERS.plugin_names() if n not in DETECTION_ORDER]
+    return DETECTION_ORDER + extra
+
+
+_DETECTORS: dict[str, Importer] = {}
+"""One instance of each format for detection, which asks every format about every file."""
+
+
 def all_importers() -> list[Importer]:
-    """One instance of each format, in detection order."""
-    return [importer(name) for name in DETECTION_ORDER]
+    """One instance of each format, in detection order (the same ones each call)."""
+    order = detection_order()
+    if len(_DETECTORS) != len(order):
+        _DETECTORS.update((name, importer(name)) for name in order if name not in _DETECTORS)
+    return [_DETECTORS[name] for name in order]
 
 
 def detect_format(path: Path) -> Importer | None:

@@ -12,9 +12,10 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
 from trajforge.openai_wire import error_body
+from trajforge.proxy.answer_ids import AnswerReader
 from trajforge.proxy.capture import CallContext, Tokens, tokens_of
 from trajforge.proxy.config import ProxyConfig
 from trajforge.proxy.faults import FaultInjector
@@ -64,6 +66,7 @@ class RecordingProxy:
         self.faults = FaultInjector(config.faults) if config.faults else None
         self.gate = MonitorGate(config.monitor) if config.monitor else None
         self.token_ids_rejected = False
+        self.answers = AnswerReader()
         self._running: Running | None = None
         self.routes = FastAPI(title="trajforge recording proxy", lifespan=self._lifespan)
         self.app = FastPath(self, self.routes)
@@ -217,8 +220,11 @@ class RecordingProxy:
     async def _send_upstream(
         self, context: CallContext, body: dict, headers: dict, asked: ClientAsked
     ) -> Any:
-        """Post (or open a stream); retried once without `return_token_ids` if it is refused."""
-        send = self.upstream.open_stream if context.stream else self.upstream.post
+        """Post (or open a stream); retried once without `return_token_ids` if it is refused.
+        A plain answer is read by `self.answers` (the prompt ids it repeats are not parsed)."""
+        send: Callable[[str, dict, dict], Awaitable[Any]] = self.upstream.open_stream
+        if not context.stream:
+            send = partial(self.upstream.post, parse=partial(self.answers.read, context.session))
         path = f"/{context.endpoint}"
         try:
             return await send(path, body, headers)

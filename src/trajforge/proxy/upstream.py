@@ -8,6 +8,7 @@ upstream wrote it, recorded as an error but not as a fault.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import aiohttp
@@ -129,14 +130,20 @@ class Upstream:
         finally:
             response.release()
 
-    async def post(self, path: str, body: dict[str, Any], headers: dict[str, str]) -> dict:
-        """A non-streamed call: the decoded JSON answer, or an `UpstreamError`."""
+    async def post(
+        self,
+        path: str,
+        body: dict[str, Any],
+        headers: dict[str, str],
+        parse: Callable[[bytes], Any] = orjson.loads,
+    ) -> dict:
+        """A non-streamed call: the JSON answer decoded by `parse`, or an `UpstreamError`."""
         response = await self._send("POST", path, headers, orjson.dumps(body))
         content = await self._read_all(response)
         if response.status != 200:
             raise status_error(response.status, content)
         try:
-            data = orjson.loads(content)
+            data = parse(content)
         except orjson.JSONDecodeError:
             data = None
         if not isinstance(data, dict):

@@ -24,6 +24,7 @@ from trajforge.envs import make_env
 from trajforge.envs.base import Environment, Oracle, StateHashing, TaskSet
 from trajforge.errors import EpisodeEnd, UserError
 from trajforge.models.retry import ModelCallFailed, model_failure, require_an_answer
+from trajforge.progress import ProgressLines
 from trajforge.rollout.episode import Limits, run_episode
 from trajforge.rollout.factory import AgentSpec, build
 from trajforge.rollout.fork import prepare_turn
@@ -200,9 +201,11 @@ def evaluate_handoff(
     config: HandoffConfig,
     names: tuple[str, str] = ("reacher", "solver"),
     collect: list[Trajectory] | None = None,
+    on_task: Callable[[], None] | None = None,
 ) -> HandoffResult:
     """REACH / SOLVE / end-to-end of one reacher and one solver over `tasks`; the reacher's
-    and solver's trajectories are appended to `collect` when given."""
+    and solver's trajectories are appended to `collect` when given, and `on_task` is called
+    after each task."""
     if not tasks:
         raise UserError(f"no tasks to run for environment '{env_name}'")
     runs = []
@@ -213,6 +216,8 @@ def evaluate_handoff(
             collect.extend(t.with_id() for t in (reached, solved) if t is not None)
         if i == 0:  # a model that cannot answer the first run: stop here
             require_an_answer([run.model_failure], "first handoff run", "nothing to report")
+        if on_task is not None:
+            on_task()
     judged = [r for r in runs if r.model_failure is None]
     reaching = [r for r in judged if r.reached]
     return HandoffResult(
@@ -271,10 +276,14 @@ def run_matrix(
     count: int | None = None,
     collect: list[Trajectory] | None = None,
     seed: int = 0,
+    progress: ProgressLines | None = None,
 ) -> HandoffMatrix:
     """Handoff for every reacher × solver pair of policy names (built from `specs`; run i
-    is seeded `seed + i`)."""
+    is seeded `seed + i`); `progress` counts the (pair, task) handoffs done."""
     tasks = task_list(env_name, count)
+    if progress is not None:
+        progress.total = len(reachers) * len(solvers) * len(tasks)
+        progress.update(0)
     results = []
     for reacher in reachers:
         for solver in solvers:
@@ -287,6 +296,7 @@ def run_matrix(
                     config,
                     names=(reacher, solver),
                     collect=collect,
+                    on_task=None if progress is None else progress.advance,
                 )
             )
     return HandoffMatrix(env=env_name, k=config.k, at=config.at, tasks=len(tasks), results=results)

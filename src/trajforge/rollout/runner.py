@@ -63,8 +63,10 @@ class EpisodeSpec(BaseModel):
 
     def key(self) -> str:
         """The episode key: equal keys are the same episode."""
-        options = self.options.model_dump(mode="json", exclude={"api_key"})
+        options = self.options.model_dump(mode="json", exclude={"api_key", "strategies"})
         data = [self.env, self.task.id, self.policy, options, self.seed, self.sample, self.faults]
+        if guidance := self.options.strategies.get(self.task.id):
+            data.append(guidance)
         return hashlib.sha256(orjson.dumps(data, option=orjson.OPT_SORT_KEYS)).hexdigest()[:24]
 
     def episode_seed(self) -> int:
@@ -256,7 +258,7 @@ def stored_episodes(store: Store, env: str) -> dict[str, tuple[str, str | None]]
 
 
 class Progress:
-    """Receives the runner's events; the CLI shows them as a live bar."""
+    """Receives the runner's events; the CLI shows them as progress lines."""
 
     def start(self, total: int, skipped: int) -> None: ...
 

@@ -282,6 +282,25 @@ def m010_model_errors_not_judged(db: sqlite3.Connection) -> None:
     )
 
 
+def m011_strategies(db: sqlite3.Connection) -> None:
+    """The strategy library: one row per (strategy name, version), never overwritten; an edit
+    or a re-distillation adds the next version."""
+    db.execute(
+        """
+        CREATE TABLE strategies (
+            name TEXT NOT NULL,
+            version INTEGER NOT NULL,
+            environment TEXT NOT NULL,
+            source TEXT NOT NULL,
+            created_at REAL NOT NULL,
+            doc BLOB NOT NULL,
+            PRIMARY KEY (name, version)
+        )
+        """
+    )
+    db.execute("CREATE INDEX idx_strategies_environment ON strategies(environment)")
+
+
 MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
     m001_trajectories,
     m002_diagnoses,
@@ -293,6 +312,7 @@ MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
     m008_training_progress,
     m009_metadata_changes,
     m010_model_errors_not_judged,
+    m011_strategies,
 ]
 
 

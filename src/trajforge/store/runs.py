@@ -276,6 +276,10 @@ class TreeNode(BaseModel):
     termination: str | None = None
     children: list[TreeNode] = Field(default_factory=list)
 
+    @property
+    def status(self) -> OutcomeStatus:
+        return outcome_status(self.success, self.termination)
+
 
 def fork_tree(store: Store, traj_id: str, max_nodes: int = 500) -> TreeNode:
     """The fork tree that holds `traj_id`: from its oldest stored ancestor down through every
@@ -302,10 +306,7 @@ def fork_tree(store: Store, traj_id: str, max_nodes: int = 500) -> TreeNode:
     return root
 
 
-_TREE_FIELDS = (
-    "id, parent_id, fork_index, success, n_messages, harness, model, "
-    "json_extract(CAST(doc AS TEXT), '$.outcome.termination_reason')"
-)
+_TREE_FIELDS = "id, parent_id, fork_index, success, n_messages, harness, model, termination_reason"
 
 
 def _tree_node(row: tuple) -> TreeNode:
@@ -459,13 +460,14 @@ def activity_since(store: Store, since: float) -> list[Activity]:
 
 def recent_runs(
     store: Store, since: float, limit: int = 50
-) -> list[tuple[str, str | None, int, bool | None, float]]:
-    """(id, source, messages, success, written at) of runs written since `since`, newest first."""
+) -> list[tuple[str, str | None, int, OutcomeStatus, float]]:
+    """(id, source, messages, outcome status, written at) of runs written since `since`,
+    newest first."""
     sql = (
-        "SELECT id, harness, n_messages, success, created_at FROM trajectories "
-        "WHERE created_at > ? ORDER BY created_at DESC LIMIT ?"
+        "SELECT id, harness, n_messages, success, termination_reason, created_at "
+        "FROM trajectories WHERE created_at > ? ORDER BY created_at DESC LIMIT ?"
     )
     return [
-        (i, src, n, None if ok is None else bool(ok), at)
-        for i, src, n, ok, at in store.db.execute(sql, (since, limit))
+        (i, src, n, outcome_status(ok, reason), at)
+        for i, src, n, ok, reason, at in store.db.execute(sql, (since, limit))
     ]

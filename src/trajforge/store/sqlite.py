@@ -546,8 +546,11 @@ class Store:
         return [row[-1] for row in self.db.execute(f"EXPLAIN QUERY PLAN {sql}", params)]
 
     def count(self, flt: TrajectoryFilter | None = None) -> int:
-        where, params = (flt or TrajectoryFilter()).where()
-        return self.db.execute(f"SELECT COUNT(*) FROM trajectories{where}", params).fetchone()[0]
+        """How many runs `query(flt)` yields (its limit included)."""
+        flt = flt or TrajectoryFilter()
+        where, params = flt.where()
+        found = self.db.execute(f"SELECT COUNT(*) FROM trajectories{where}", params).fetchone()[0]
+        return found if flt.limit is None else min(found, flt.limit)
 
     def _select(self, fields: str, flt: TrajectoryFilter | None) -> tuple[str, list]:
         flt = flt or TrajectoryFilter()

@@ -14,6 +14,9 @@
 `run_lockstep` rolls many episodes of a student checkpoint at once: one batched generation
 per step for every episode still running (the same `Student.generate` that `trajforge serve`
 uses for concurrent requests).
+
+Both evaluators report each finished episode to an optional `ProgressLines` (episodes done of
+those planned, success so far).
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from trajforge.errors import EpisodeEnd, UserError
 from trajforge.models.openai_compat import message_to_openai
 from trajforge.models.retry import model_failure, require_an_answer
 from trajforge.openai_wire import to_message
+from trajforge.progress import ProgressLines
 from trajforge.rollout.episode import Limits, run_episode, start_trajectory
 from trajforge.schema import Message, Outcome, Task, TerminationReason, Trajectory
 from trajforge.serve.student import DecodeSession, Student, answer_message
@@ -107,11 +111,13 @@ def run_lockstep(
     seed: int = 0,
     reuse_cache: bool = True,
     max_new_tokens: int = 16,
+    on_finished: Callable[[Trajectory], None] | None = None,
 ) -> list[Trajectory]:
     """Continue every (environment, trajectory) for up to `max_steps` more agent steps.
 
     With `reuse_cache` each conversation keeps its key/value cache between steps
-    (`DecodeSession`); without it every step re-encodes the whole history.
+    (`DecodeSession`); without it every step re-encodes the whole history. `on_finished`
+    is called with each episode as it ends.
     """
     budget = {id(traj): len(traj.assistant_indices()) + max_steps for _, traj in starts}
     session = DecodeSession(student) if reuse_cache else None
@@ -131,6 +137,8 @@ def run_lockstep(
                 kept.append(row)
             else:
                 _finish(env, traj, reason)
+                if on_finished is not None:
+                    on_finished(traj)
         if session is not None:
             session.keep(kept)
         active = still
@@ -249,7 +257,8 @@ def check_training_tasks(task_ids: Sequence[str]) -> None:
 _SEED = re.compile(r"^household-d[123]-(\d+)$")
 
 
-def _eval_tasks(config: EvalConfig) -> tuple[list[Task], list[Task]]:
+def eval_tasks(config: EvalConfig) -> tuple[list[Task], list[Task]]:
+    """The held-out test worlds and the worlds of the perturbed recovery starts."""
     env = HouseholdEnv()
     tests = held_out_tasks(env, config.tasks, config.difficulty)
     spare = config.recovery + config.recovery // 5 + 5 if config.recovery else 0
@@ -278,40 +287,74 @@ def _report(name: str, config: EvalConfig, every: list[Trajectory], tried: list[
     }
 
 
-def evaluate_checkpoint(path, config: EvalConfig, trained_on: Sequence[str] = ()) -> dict:
+class _Counted:
+    """Episodes planned and finished, shown on an optional progress reporter (success among
+    the judged episodes; model errors apart)."""
+
+    def __init__(self, progress: ProgressLines | None) -> None:
+        self.progress = progress
+        self.finished = self.judged = self.successes = 0
+
+    def plan(self, episodes: int) -> None:
+        if self.progress is not None:
+            self.progress.total = (self.progress.total or 0) + episodes
+            self.progress.update(self.finished)
+
+    def done(self, traj: Trajectory) -> None:
+        self.finished += 1
+        if self.progress is None:
+            return
+        if model_failure(traj) is not None:
+            errors = self.finished - self.judged
+            self.progress.update(self.finished, **{"model errors": errors})
+            return
+        self.judged += 1
+        self.successes += bool(traj.outcome.success)
+        self.progress.update(self.finished, success=f"{self.successes / self.judged:.0%}")
+
+
+def evaluate_checkpoint(
+    path, config: EvalConfig, trained_on: Sequence[str] = (), progress: ProgressLines | None = None
+) -> dict:
     """Batched evaluation of a student checkpoint on held-out tasks."""
     student = Student(path)
-    tests, recovery_tasks = _eval_tasks(config)
+    tests, recovery_tasks = eval_tasks(config)
     avoid = [*trained_on, *student.manifest.get("train_tasks", [])]
     check_held_out([t.id for t in tests + recovery_tasks], avoid)
+    counted = _Counted(progress)
+    counted.plan(config.samples * len(tests))
     runs: list[Trajectory] = []
     for sample in range(config.samples):
         starts = fresh_starts(HouseholdEnv, tests)
         runs += run_lockstep(
-            student, starts, config.max_steps, config.temperature, seed=config.seed + 1000 * sample
-        )
+            student, starts, config.max_steps, config.temperature,
+            seed=config.seed + 1000 * sample, on_finished=counted.done,
+        )  # fmt: skip
     recovered = []
     if config.recovery:
         starts = recovery_starts(HouseholdEnv, recovery_tasks, ObservableTeacher(), config.seed)
+        counted.plan(len(starts[: config.recovery]))
         recovered = run_lockstep(
-            student,
-            starts[: config.recovery],
-            config.max_steps,
-            config.temperature,
-            seed=config.seed,
-        )
+            student, starts[: config.recovery], config.max_steps, config.temperature,
+            seed=config.seed, on_finished=counted.done,
+        )  # fmt: skip
     return _report(student.name, config, runs, recovered)
 
 
-def evaluate_policy(name: str, options: dict, config: EvalConfig, trained_on=()) -> dict:
+def evaluate_policy(
+    name: str, options: dict, config: EvalConfig, trained_on: Sequence[str] = (),
+    progress: ProgressLines | None = None,
+) -> dict:  # fmt: skip
     """Episode-by-episode evaluation of any registered policy (e.g. `llm` against a server)."""
     from trajforge.rollout.factory import AgentSpec, PolicyOptions, build
 
-    tests, recovery_tasks = _eval_tasks(config)
+    tests, recovery_tasks = eval_tasks(config)
     check_held_out([t.id for t in tests + recovery_tasks], trained_on)
     policy_options = PolicyOptions(**{k: v for k, v in options.items() if v is not None})
     spec = AgentSpec(policy=name, options=policy_options)
     limits = Limits(max_steps=config.max_steps)
+    counted = _Counted(progress)
+    counted.plan(config.samples * len(tests))
     runs: list[Trajectory] = []
     for sample in range(config.samples):
         for task in tests:
@@ -319,11 +362,14 @@ def evaluate_policy(name: str, options: dict, config: EvalConfig, trained_on=())
             runs.append(run_episode(HouseholdEnv(), policy, task, limits=limits))
             if len(runs) == 1:  # an endpoint that cannot answer the first episode: stop here
                 require_an_answer([model_failure(runs[0])], "first episode", "nothing to report")
+            counted.done(runs[-1])
     recovered = []
     if config.recovery:
         starts = recovery_starts(HouseholdEnv, recovery_tasks, ObservableTeacher(), config.seed)
+        counted.plan(len(starts[: config.recovery]))
         for env, traj in starts[: config.recovery]:
             policy = build(spec, config.seed).policy
             steps = Limits(max_steps=len(traj.assistant_indices()) + config.max_steps)
             recovered.append(run_episode(env, policy, traj.task, trajectory=traj, limits=steps))
+            counted.done(recovered[-1])
     return _report(name, config, runs, recovered)

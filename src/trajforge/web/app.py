@@ -29,7 +29,18 @@ from trajforge.schema import Trajectory
 from trajforge.store import QueryTooSlow, Store
 from trajforge.store.runs import child_count, fork_tree, run_document
 from trajforge.store.training import TrainingRun, training_run, training_runs
-from trajforge.web import compare, datasets, forks, live, run_view, runs, tokens, training
+from trajforge.strategies.library import latest as latest_strategies
+from trajforge.web import (
+    compare,
+    datasets,
+    forks,
+    live,
+    run_view,
+    runs,
+    strategies,
+    tokens,
+    training,
+)
 from trajforge.web.forking import fork_form, run_fork
 from trajforge.web.guards import (
     FormToken,
@@ -89,6 +100,7 @@ def create_app(config: UiConfig) -> FastAPI:
     _views(app, reads, config)
     _api(app, reads)
     _training(app, reads)
+    _strategies(app, reads)
     app.router.on_shutdown.append(reads.close)
     return app
 
@@ -295,6 +307,26 @@ def _views(app: FastAPI, reads: StoreReads, config: UiConfig) -> None:
     async def datasets_page() -> HTMLResponse:
         body = await reads(lambda store: datasets.datasets_page(store, str(config.db)))
         return _html("Datasets", body, "/datasets")
+
+
+def _strategies(app: FastAPI, reads: StoreReads) -> None:
+    """The strategy library and one strategy's versions."""
+
+    @app.get("/strategies", response_class=HTMLResponse)
+    async def strategies_page() -> HTMLResponse:
+        return _html("Strategies", await reads(strategies.strategies_page), "/strategies")
+
+    @app.get("/strategies/view", response_class=HTMLResponse)
+    async def strategy_page(name: str = "") -> HTMLResponse:
+        body = await reads(lambda store: strategies.strategy_page(store, name))
+        return _html("Strategy", body, "/strategies")
+
+    @app.get("/api/strategies")
+    async def api_strategies() -> JSONResponse:
+        def listed(store: Store) -> list[dict]:
+            return [s.model_dump(mode="json") for s in latest_strategies(store)]
+
+        return JSONResponse(await reads(listed))
 
 
 def _api(app: FastAPI, reads: StoreReads) -> None:

@@ -76,6 +76,7 @@ def _outcome_section(store: Store, db: str) -> str:
         "<pre class=command>"
         f"trajforge rft ENV --db {h(db)} --k 4 --out rft/\n"
         f"trajforge export --db {h(db)} --format rl --out rl.jsonl\n"
-        f"trajforge export --db {h(db)} --format jsonl --outcome success --out sft.jsonl"
+        f"trajforge export --db {h(db)} --format sft --out sft.jsonl\n"
+        f"trajforge export --db {h(db)} --format dpo --out pairs.jsonl"
         "</pre>"
     )

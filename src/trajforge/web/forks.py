@@ -32,7 +32,7 @@ def _node(node: TreeNode, current: str) -> str:
     nested = f"<ul>{children}</ul>" if children else ""
     return (
         f'<li><span class="{cls}" data-id="{h(node.id)}">{run_link(node.id)} '
-        f"{outcome_badge(node.success)} <span class=dim>{where}{node.n_messages} messages"
+        f"{outcome_badge(node.status)} <span class=dim>{where}{node.n_messages} messages"
         f" · {h(node.source)} {h(node.model or '')}{ended}</span>{diff}</span>{nested}</li>"
     )
 
@@ -93,7 +93,7 @@ def _side_heading(side: str, t: Trajectory) -> str:
     if t.parent:
         fork = f", fork of {run_link(t.parent.trajectory_id)} at {t.parent.message_index}"
     return (
-        f"<p><b>{side}</b> {run_link(t.id)} {outcome_badge(t.success)} "
+        f"<p><b>{side}</b> {run_link(t.id)} {outcome_badge(t.outcome.status)} "
         f"{h(t.source.harness)} {h(t.source.model or '')}, task {h(t.task.id)}, "
         f"{len(t.messages)} messages{fork}</p>"
     )

@@ -11,12 +11,15 @@ import re
 from collections.abc import Iterable, Mapping
 from urllib.parse import quote_plus
 
+from trajforge.schema import OutcomeStatus
+
 NAV = (
     ("/", "Runs"),
     ("/live", "Live"),
     ("/training", "Training"),
     ("/compare", "Compare"),
     ("/datasets", "Datasets"),
+    ("/strategies", "Strategies"),
 )
 
 
@@ -61,10 +64,17 @@ def run_link(traj_id: str, params: Mapping[str, object] | None = None) -> str:
     return f'<a class="mono" href="{h(href)}">{h(short_id(traj_id))}</a>'
 
 
-def outcome_badge(success: bool | None) -> str:
-    word, cls = {True: ("success", "ok"), False: ("failure", "bad"), None: ("unknown", "dim")}[
-        success
-    ]
+_BADGES: dict[OutcomeStatus, tuple[str, str]] = {
+    "success": ("success", "ok"),
+    "failure": ("failure", "bad"),
+    "model_error": ("model error", "warn"),
+    "unjudged": ("unknown", "dim"),
+}
+
+
+def outcome_badge(status: OutcomeStatus) -> str:
+    """A run's outcome as a badge; a run the model or endpoint ended is not an agent failure."""
+    word, cls = _BADGES[status]
     return f'<span class="badge {cls}">{word}</span>'
 
 

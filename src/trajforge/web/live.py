@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator, Callable, Mapping
 import orjson
 from starlette.requests import Request
 
-from trajforge.store import Store
+from trajforge.store import QueryTooSlow, Store
 from trajforge.store.runs import activity_since, changes_since, latest_position, recent_runs
 from trajforge.web.html import h, outcome_badge, run_link, table
 from trajforge.web.reading import StoreReads
@@ -26,11 +26,15 @@ async def poll_stream(
 ) -> AsyncIterator[bytes]:
     """An event stream: what `poll(store)` returns every `POLL_S` (ready `event:` messages,
     read off the event loop), and a comment now and then while nothing happens, until the
-    client goes away."""
+    client goes away. A poll past the time budget sends nothing and the next one tries
+    again (`poll` moves its position only when it returns)."""
     yield b": watching\n\n"
     quiet = 0.0
     while not await request.is_disconnected():
-        events = await reads(poll)
+        try:
+            events = await reads(poll)
+        except QueryTooSlow:
+            events = []
         for message in events:
             yield message
         quiet = 0.0 if events else quiet + POLL_S
@@ -56,14 +60,16 @@ async def run_events(
 
     def poll(store: Store) -> list[bytes]:
         nonlocal rowid, created_at
+        changes = changes_since(store, rowid, created_at)
         events = []
-        for change in changes_since(store, rowid, created_at):
-            rowid = max(rowid, change.rowid)
-            created_at = max(created_at, change.created_at)
+        for change in changes:
             shown = render_row(store, change.id, params)
             if shown is not None:
                 row_html, row_json = shown
                 events.append(event("run", {"id": change.id, "html": row_html, "run": row_json}))
+        for change in changes:  # moved once every change is rendered
+            rowid = max(rowid, change.rowid)
+            created_at = max(created_at, change.created_at)
         return events
 
     return poll_stream(request, reads, poll)
@@ -94,10 +100,10 @@ def activity_block(store: Store) -> str:
             run_link(i),
             h(src),
             str(n),
-            outcome_badge(ok),
+            outcome_badge(status),
             time.strftime("%H:%M:%S", time.localtime(at)),
         ]
-        for i, src, n, ok, at in recent_runs(store, since)
+        for i, src, n, status, at in recent_runs(store, since)
     ]
     return (
         '<div id="activity">'

@@ -93,7 +93,7 @@ def _heading(traj: Trajectory, children: int) -> str:
     instruction = _text_block(task.instruction or "", None) if task.instruction else ""
     return (
         f'<h1>Run <span class="mono" id="run-id">{h(traj.id)}</span> '
-        f"{outcome_badge(outcome.success)}</h1>{parent}<dl class=facts>{dl}</dl>"
+        f"{outcome_badge(outcome.status)}</h1>{parent}<dl class=facts>{dl}</dl>"
         f'<p class="links">{" · ".join(links)}</p>'
         f'<details class="task" open><summary>Task</summary>{instruction}</details>'
     )

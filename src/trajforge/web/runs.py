@@ -132,7 +132,7 @@ def row_cells(run: RunSummary, link_params: Mapping[str, object] | None, risk: b
         h(run.model),
         h(run.environment),
         h(run.task_id),
-        outcome_badge(run.success),
+        outcome_badge(run.status),
         str(run.steps),
         "" if run.tokens is None else f"{run.tokens:,}",
         _tally(run.labels),

@@ -233,7 +233,6 @@ async def training_events(
         changes = iteration_changes_since(store, seq)
         if not changes:
             return []
-        seq = changes[-1].seq
         newest = {c.run: c.iteration for c in changes if not only or c.run == only}
         events = []
         for name, iteration in newest.items():
@@ -242,6 +241,7 @@ async def training_events(
                 html = run_section(store, run, fresh=iteration)
                 data = {"run": name, "iteration": iteration, "html": html}
                 events.append(event("iteration", data))
+        seq = changes[-1].seq  # moved once every change is rendered
         return events
 
     return poll_stream(request, reads, poll)

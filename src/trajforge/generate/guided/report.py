@@ -16,7 +16,7 @@ from trajforge.diagnose.run import diagnose_run, make_localizer, select_failures
 from trajforge.diagnose.storage import load_diagnoses
 from trajforge.errors import UserError
 from trajforge.generate.guided.search import GuidedRecovery, RecoveryResult
-from trajforge.generate.rft import chat_message
+from trajforge.generate.rows import Writer, run_rows, write_forms
 from trajforge.models.retry import require_an_answer
 from trajforge.schema import Trajectory
 from trajforge.store import Store, TrajectoryFilter
@@ -169,25 +169,19 @@ def _rate(part: float, whole: int) -> float:
     return round(part / whole, 4) if whole else 0.0
 
 
-def sft_record(demo: Trajectory) -> dict[str, Any]:
-    """One chat-JSONL row: messages (tool-call arguments as objects) and tools, as TRL's
-    `SFTTrainer` reads them; the provenance rides along as JSON text."""
-    return {
-        "messages": [chat_message(m) for m in demo.messages],
-        "tools": demo.tools,
-        "provenance": orjson.dumps(demo.metadata.get("recovery", {})).decode(),
-    }
+def demo_rows(demo: Trajectory, writer: Writer = "recover", kind: str = "") -> list[dict[str, Any]]:
+    """The training rows of a clean demonstration: the failed run's prefix (assistant turns
+    before the fork index `at`) is context only; the teacher's turns are learned."""
+    at = demo.metadata.get("recovery", {}).get("at", 0)
+    before = [i for i in demo.assistant_indices() if i < at]
+    return run_rows(demo, writer, not_learned=before, kind=kind)
 
 
-def write_recovered(demos: list[Trajectory], report: RecoveryReport, out: Path) -> Path:
-    """`recovered.jsonl` (the SFT data, one environment's tools per row) and
-    `recovery.json` (the report) in `out`; returns the data file."""
+def write_recovered(demos: list[Trajectory], report: RecoveryReport, out: Path) -> list[Path]:
+    """The training rows (`demo_rows`; `recovered.messages.jsonl` and
+    `recovered.prompt-completion.jsonl`, the forms present) and `recovery.json` (the
+    report) in `out`; returns the data files."""
     out.mkdir(parents=True, exist_ok=True)
-    data = out / DATA_FILE
-    partial = data.with_suffix(".jsonl.partial")
-    with partial.open("wb") as handle:
-        for demo in demos:
-            handle.write(orjson.dumps(sft_record(demo)) + b"\n")
-    partial.replace(data)
+    files = write_forms(out / DATA_FILE, [row for demo in demos for row in demo_rows(demo)])
     (out / REPORT_FILE).write_bytes(orjson.dumps(report.model_dump(), option=orjson.OPT_INDENT_2))
-    return data
+    return list(files.values())

@@ -6,14 +6,14 @@
                  metrics.json  the iteration's row (also appended to OUT/iterations.jsonl)
     OUT/rollouts.db        every rollout as the proxy recorded it (token ids, logprobs)
 
-A checkpoint is built in `iter-0003.partial/` and renamed when complete, so a killed run
-leaves either a whole checkpoint or none; `--resume` continues after the last whole one.
+A checkpoint is built in a hidden directory beside it and renamed when complete
+(`trajforge.train.atomic`, the writer `train sft` uses too), so a killed run leaves either a
+whole checkpoint or none; `--resume` continues after the last whole one.
 """
 
 from __future__ import annotations
 
 import re
-import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -22,6 +22,7 @@ import orjson
 
 from trajforge.errors import UserError
 from trajforge.serve.student import MANIFEST, MODEL_DIR, read_manifest
+from trajforge.train.atomic import write_directory
 
 RUN_FILE = "rl.json"
 LOG_FILE = "iterations.jsonl"
@@ -72,21 +73,19 @@ def save_iteration(
 
     logging.disable_progress_bar()
     final = iteration_dir(out, iteration)
-    staging = final.with_name(final.name + ".partial")
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
-    model.save_pretrained(staging / MODEL_DIR)
-    if tokenizer is not None:
-        tokenizer.save_pretrained(staging / MODEL_DIR)
-    manifest = {**base_manifest, "name": final.name, "rl": {"iteration": iteration}}
-    (staging / MANIFEST).write_bytes(orjson.dumps(manifest, option=orjson.OPT_INDENT_2))
-    torch.save(state, staging / STATE_FILE)
-    if evaluate is not None and (heldout := evaluate(staging)) is not None:
-        metrics["heldout"] = heldout
-    (staging / METRICS_FILE).write_bytes(orjson.dumps(metrics, option=orjson.OPT_INDENT_2))
-    shutil.rmtree(final, ignore_errors=True)
-    staging.replace(final)
-    return final
+
+    def fill(staging: Path) -> None:
+        model.save_pretrained(staging / MODEL_DIR)
+        if tokenizer is not None:
+            tokenizer.save_pretrained(staging / MODEL_DIR)
+        manifest = {**base_manifest, "name": final.name, "rl": {"iteration": iteration}}
+        (staging / MANIFEST).write_bytes(orjson.dumps(manifest, option=orjson.OPT_INDENT_2))
+        torch.save(state, staging / STATE_FILE)
+        if evaluate is not None and (heldout := evaluate(staging)) is not None:
+            metrics["heldout"] = heldout
+        (staging / METRICS_FILE).write_bytes(orjson.dumps(metrics, option=orjson.OPT_INDENT_2))
+
+    return write_directory(final, fill)
 
 
 def load_state(path: Path) -> dict[str, Any]:

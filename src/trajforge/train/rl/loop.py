@@ -15,7 +15,9 @@ Each iteration:
 
 from __future__ import annotations
 
+import itertools
 import random
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -27,7 +29,7 @@ from trajforge.envs.household import HouseholdEnv, task_for
 from trajforge.errors import UserError
 from trajforge.models.openai_compat import OpenAIModelConfig
 from trajforge.rollout.episode import Limits
-from trajforge.schema import Task
+from trajforge.schema import Task, Trajectory
 from trajforge.serve.codec import HFCodec
 from trajforge.serve.student import Student
 from trajforge.train.evaluate import (
@@ -46,6 +48,8 @@ from trajforge.train.rl.grpo import Agreement, agreement, grpo_update
 from trajforge.train.rl.rollouts import Episode, RolloutService
 
 Report = Callable[[dict[str, Any]], None]
+EpisodeDone = Callable[[int, int, int], None]
+"""Called as each rollout ends: (iteration, episodes finished, episodes in the iteration)."""
 
 
 class RLError(UserError):
@@ -65,9 +69,10 @@ def check_agreement(agree: Agreement, minimum: float, iteration: int) -> None:
 
 def train_rl(
     base: Path | None, out: Path, config: RLConfig | None = None, *, resume: bool = False,
-    report: Report | None = None,
+    report: Report | None = None, on_episode: EpisodeDone | None = None,
 ) -> list[dict[str, Any]]:  # fmt: skip
-    """Run (or continue) the loop in `out`; returns every iteration's row."""
+    """Run (or continue) the loop in `out`; returns every iteration's row. `report` gets
+    each row as it is written, `on_episode` each finished rollout."""
     import torch
 
     if resume:
@@ -80,6 +85,7 @@ def train_rl(
     if config.threads:
         torch.set_num_threads(config.threads)
     loop = _Loop(base, out, config, report or (lambda row: None))
+    loop.on_episode = on_episode
     if resume:
         progress.record_finished(out)
     else:
@@ -114,6 +120,7 @@ class _Loop:
             self.generator.set_state(state["generator"])
         self._heldout: list[Task] | None = None
         self.monitoring = False
+        self.on_episode: EpisodeDone | None = None
 
     def run(self) -> None:
         config = self.config
@@ -141,14 +148,16 @@ class _Loop:
 
     def iteration(self, service: RolloutService, iteration: int) -> Path:
         config = self.config
+        jobs = self.jobs(iteration)
         episodes, stats = service.run(
-            self.jobs(iteration),
+            jobs,
             Limits(max_steps=config.max_steps),
             OpenAIModelConfig(
                 base_url="http://unused", model="student", api_key="local", logprobs=True,
                 temperature=config.temperature, max_tokens=config.max_new_tokens, max_retries=0,
             ),
             config.concurrency,
+            on_episode=self._episode_counter(iteration, len(jobs)),
         )  # fmt: skip
         started = time.perf_counter()
         sequences = training_sequences(episodes, config)
@@ -197,6 +206,21 @@ class _Loop:
         progress.record_iteration(self.out, row)
         self.report(row)
         return path
+
+    def _episode_counter(self, iteration: int, total: int) -> Callable[[Trajectory], None] | None:
+        """Counts the iteration's finished rollouts for `on_episode` (they end in threads),
+        starting with 0 now."""
+        report = self.on_episode
+        if report is None:
+            return None
+        report(iteration, 0, total)
+        lock, finished = threading.Lock(), itertools.count(1)
+
+        def count(_: Trajectory) -> None:
+            with lock:
+                report(iteration, next(finished), total)
+
+        return count
 
     def jobs(self, iteration: int) -> list[tuple[str, str, Task]]:
         """This iteration's (session, group, task) list; the draw depends only on seeds."""

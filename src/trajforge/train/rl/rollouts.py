@@ -13,7 +13,7 @@ recorded session, with the server's token ids and logprobs, becomes RL samples b
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -133,12 +133,20 @@ class RolloutService:
 
     def run(
         self, jobs: Sequence[tuple[str, str, Task]], limits: Limits, model: OpenAIModelConfig,
-        concurrency: int,
+        concurrency: int, on_episode: Callable[[Trajectory], None] | None = None,
     ) -> tuple[list[Episode], RolloutStats]:  # fmt: skip
-        """Run each (session, group, task) once; returns episodes in job order."""
+        """Run each (session, group, task) once; returns episodes in job order.
+        `on_episode` is called with each run as it ends (from the worker threads)."""
         started = time.perf_counter()
+
+        def episode(job: tuple[str, str, Task]) -> Trajectory:
+            run = self._episode(job, limits, model)
+            if on_episode is not None:
+                on_episode(run)
+            return run
+
         with ThreadPoolExecutor(max(1, min(concurrency, len(jobs)))) as pool:
-            runs = list(pool.map(lambda job: self._episode(job, limits, model), jobs))
+            runs = list(pool.map(episode, jobs))
         seconds = time.perf_counter() - started
         assert self.proxy is not None
         self.proxy.flush()

@@ -1,0 +1,305 @@
+"""The transfer test of reusable strategies: distil on one task family, use on another.
+
+    python bench/strategies.py [DATA_DIR] [--seeds 3] [--distil-worlds 150] [--eval-worlds 150]
+                               [--error-rate 0.3] [--k 3] [--quick]
+                               [--out bench/results/strategies.json]
+
+1. Libraries. Strategies are distilled (`trajforge.strategies.distil`, contrast proposer, kept
+   only when held-out tasks of the same family support them) from:
+   - `household-d2`: the noisy household teacher (error rate `--error-rate`, 2 samples per
+     world, 25 steps) on difficulty-2 worlds;
+   - `household-d3-a`: the same teacher on difficulty-3 worlds (50 steps) whose goal object is
+     in object set A (the first half of the object types, alphabetically);
+   - `tau-retail` and `tau-airline`: the recorded tau-bench runs (AgentRx retail, gpt-4o
+     airline), as distractors for retrieval and for the tau2 check.
+2. Transfer, household. Each held-out family is evaluated with a library that holds no strategy
+   of its own family: difficulty 3 (never used by `household-d2`) with the `household-d2` and
+   tau strategies; difficulty-3 worlds whose goal object is in object set B (never used by
+   `household-d3-a`) with the `household-d3-a` and tau strategies. Per seed, the same worlds
+   and the same teacher seeds run without and with the `--k` strategies the lexical retriever
+   ranks first for each task: equal compute (same worlds, same step limit, same episodes; the
+   hints cost no steps). Success with Wilson 95% intervals, per seed and pooled, and which
+   strategies were retrieved how often.
+   The policy is the noisy observable household teacher, which reads one rule form as hints
+   (an order of receptacle kinds: "Before you go to a X, go to a Y first.") and ignores other
+   text. It is scripted: no language model runs offline fast enough for several seeds here,
+   and a scripted reader makes the effect of the guidance itself visible.
+3. Retrieval quality: with every library together, for held-out tasks of each family (tau
+   tasks held out by the split, household worlds from the evaluation range), how often the
+   first (and any of the first 3) retrieved strategies come from the task's own family;
+   lexical (BM25) vs embedding (all-MiniLM-L6-v2), and the time each takes.
+4. tau retail -> tau2 retail, observational: no offline policy can act in tau2 retail, so the
+   tau-retail strategies are checked on the recorded tau2-bench retail runs (gpt-5): success
+   of runs that followed each rule vs runs that broke it (Wilson 95%). A correlation in other
+   runs, not an intervention.
+
+`--quick` is a smoke run (few worlds, one seed): its numbers mean nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from shared_data import data_dir
+from trajforge.agents.household_teacher import NoisyObservableTeacher
+from trajforge.envs.household import HouseholdEnv, task_for
+from trajforge.envs.household.world import OBJECT_PROPERTIES, generate_world
+from trajforge.importers.tau2_bench import Tau2BenchImporter
+from trajforge.importers.tau_bench import TauBenchImporter
+from trajforge.rollout.episode import Limits, run_episode
+from trajforge.rollout.tasks import select_tasks
+from trajforge.schema import Strategy, Task, Trajectory
+from trajforge.strategies.candidates import ContrastProposer, family_run
+from trajforge.strategies.distil import DistilConfig, DistilReport, distil, held_out_task
+from trajforge.strategies.patterns import support
+from trajforge.strategies.retrieve import RETRIEVERS, Retriever, task_query
+from trajforge.web.compare import wilson
+
+RESULTS = Path(__file__).parent / "results" / "strategies.json"
+OBJECTS_A = frozenset(sorted(OBJECT_PROPERTIES)[: len(OBJECT_PROPERTIES) // 2])
+STEPS = {2: 25, 3: 50}
+EVAL_SEED_BASE = 500_000
+TAU_FILES = {
+    "tau-retail": "agentrx/tau-retail/tau_dataset_full.json",
+    "tau-airline": "tau-bench/historical_trajectories/gpt-4o-airline.json",
+}
+TAU2_RETAIL = "tau2-bench/toolorchestra_gpt-5/toolorchestra_retail_gpt-5_1trial.json"
+
+
+def log(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+def goal_object(task: Task) -> str:
+    return generate_world(int(task.data["world_seed"]), int(task.data["difficulty"])).goal.obj_type
+
+
+def worlds(difficulty: int, count: int, start: int, keep: Callable[[Task], bool]) -> list[Task]:
+    """The first `count` valid worlds of a difficulty from seed `start` that `keep` accepts."""
+    found: list[Task] = []
+    seed = start
+    while len(found) < count:
+        task = task_for(seed, difficulty)
+        seed += 1
+        if task.gold and keep(task):  # a world whose goal is met or unreachable has no plan
+            found.append(task)
+    return found
+
+
+def teacher_runs(
+    tasks: list[Task], samples: int, error_rate: float, hints: dict[str, list[str]], seed: int
+) -> list[Trajectory]:
+    runs, started = [], time.monotonic()
+    for index, task in enumerate(tasks):
+        for sample in range(samples):
+            teacher = NoisyObservableTeacher(
+                seed=seed * 1_000_003 + index * 7 + sample, error_rate=error_rate, strategies=hints
+            )
+            limits = Limits(max_steps=STEPS[int(task.data["difficulty"])])
+            runs.append(run_episode(HouseholdEnv(), teacher, task, limits=limits).with_id())
+        if (index + 1) % 50 == 0 or index + 1 == len(tasks):
+            rate = (index + 1) / (time.monotonic() - started)
+            eta = (len(tasks) - index - 1) / rate
+            log(f"  {index + 1}/{len(tasks)} worlds ({rate:.1f}/s, eta {eta:.0f}s)")
+    return runs
+
+
+def report_json(report: DistilReport) -> dict[str, Any]:
+    return {
+        "distil_runs": report.distil_runs,
+        "distil_tasks": report.distil_tasks,
+        "held_out_runs": report.held_out_runs,
+        "held_out_tasks": report.held_out_tasks,
+        "candidates": len(report.judged),
+        "kept": [
+            {
+                "name": item.strategy.name,
+                "text": item.strategy.text,
+                "in_sample": item.strategy.effect.distilled.model_dump(),
+                "held_out": item.strategy.effect.held_out.model_dump(),
+            }
+            for item in report.judged
+            if item.kept and item.strategy.effect is not None
+        ],
+        "rejected": sum(not item.kept for item in report.judged),
+    }
+
+
+def household_libraries(args: argparse.Namespace) -> dict[str, DistilReport]:
+    families = {
+        "household-d2": (2, lambda task: True),
+        "household-d3-a": (3, lambda task: goal_object(task) in OBJECTS_A),
+    }
+    reports = {}
+    for family, (difficulty, keep) in families.items():
+        log(f"distil {family}: teacher runs")
+        tasks = worlds(difficulty, args.distil_worlds, 0, keep)
+        runs = teacher_runs(tasks, 2, args.error_rate, {}, seed=0)
+        reports[family] = distil(runs, [ContrastProposer()], DistilConfig(family=family))
+    return reports
+
+
+def tau_libraries(shared: Path) -> tuple[dict[str, DistilReport], dict[str, list[Trajectory]]]:
+    reports, runs = {}, {}
+    for family, name in TAU_FILES.items():
+        runs[family] = [t.with_id() for t in TauBenchImporter().read(shared / name)]
+        reports[family] = distil(runs[family], [ContrastProposer()], DistilConfig(family=family))
+    return reports, runs
+
+
+def rate_json(successes: int, n: int) -> dict[str, Any]:
+    interval = wilson(successes, n)
+    return {"successes": successes, "n": n, "rate": successes / n if n else None,
+            "wilson95": list(interval) if interval else None}  # fmt: skip
+
+
+def transfer(
+    tasks: list[Task], library: list[Strategy], args: argparse.Namespace
+) -> dict[str, Any]:
+    """Without vs with retrieved strategies, same worlds and teacher seeds, per seed."""
+    ranked = RETRIEVERS["lexical"](library).rank_many([task_query(t) for t in tasks], args.k)
+    retrieved = {t.id: [r.strategy for r in hits] for t, hits in zip(tasks, ranked, strict=True)}
+    hints = {task_id: [s.text for s in found] for task_id, found in retrieved.items()}
+    counts = Counter(s.name for found in retrieved.values() for s in found)
+    arms: dict[str, list[dict[str, Any]]] = {"without": [], "with": []}
+    for seed in range(args.seeds):
+        for arm, given in (("without", {}), ("with", hints)):
+            log(f"  seed {seed}, {arm} strategies")
+            runs = teacher_runs(tasks, 1, args.error_rate, given, seed=100 + seed)
+            arms[arm].append(rate_json(sum(bool(r.outcome.success) for r in runs), len(runs)))
+    pooled = {
+        arm: rate_json(sum(r["successes"] for r in rows), sum(r["n"] for r in rows))
+        for arm, rows in arms.items()
+    }
+    return {
+        "tasks": len(tasks),
+        "per_seed": arms,
+        "pooled": pooled,
+        "difference": pooled["with"]["rate"] - pooled["without"]["rate"],
+        "retrieved": dict(counts.most_common()),
+        "tasks_with_an_order_hint": sum(
+            any(s.text.startswith("Before you") for s in found) for found in retrieved.values()
+        ),
+    }
+
+
+def retrieval_quality(library: list[Strategy], queries: dict[str, list[Task]]) -> dict[str, Any]:
+    result = {}
+    for kind, make in RETRIEVERS.items():
+        started = time.monotonic()
+        ranker: Retriever = make(library)
+        built = time.monotonic() - started
+        per_family = {}
+        for family, tasks in queries.items():
+            top1 = top3 = 0
+            for hits in ranker.rank_many([task_query(task) for task in tasks], 3):
+                names = [r.strategy.name.split("/")[0] for r in hits]
+                top1 += bool(names) and names[0] == family
+                top3 += family in names
+            per_family[family] = {"queries": len(tasks), "hit_at_1": top1 / len(tasks),
+                                  "hit_at_3": top3 / len(tasks)}  # fmt: skip
+        result[kind] = {
+            "families": per_family,
+            "build_s": round(built, 2),
+            "query_s": round(time.monotonic() - started - built, 2),
+        }
+        log(f"retrieval {kind}: {per_family}")
+    return result
+
+
+def tau2_check(tau_retail: list[Strategy], shared: Path) -> dict[str, Any]:
+    runs = [family_run(t) for t in Tau2BenchImporter().read(shared / TAU2_RETAIL)]
+    rows = {}
+    for strategy in tau_retail:
+        if strategy.rule is None:
+            continue
+        counts = support(strategy.rule, [(item.first, item.success) for item in runs])
+        rows[strategy.name] = {
+            "text": strategy.text,
+            "runs_it_speaks_to": counts.runs,
+            "followed": rate_json(counts.followed_successes, counts.followed),
+            "broken": rate_json(counts.violated_successes, counts.violated),
+            "lift": counts.lift(),
+        }
+    return {"tau2_retail_runs": len(runs), "strategies": rows}
+
+
+def household_transfer(
+    reports: dict[str, DistilReport], tau: list[Strategy], args: argparse.Namespace
+) -> dict[str, Any]:
+    log("transfer: household-d2 -> difficulty 3")
+    d3 = worlds(3, args.eval_worlds, EVAL_SEED_BASE, lambda task: True)
+    log("transfer: household-d3-a -> difficulty 3, object set B")
+    d3_b = worlds(3, args.eval_worlds, EVAL_SEED_BASE, lambda t: goal_object(t) not in OBJECTS_A)
+    return {
+        "household-d2 -> household-d3": transfer(d3, reports["household-d2"].kept() + tau, args),
+        "household-d3-a -> household-d3-b": transfer(
+            d3_b, reports["household-d3-a"].kept() + tau, args
+        ),
+    }
+
+
+def retrieval_queries(
+    tau_runs: dict[str, list[Trajectory]], args: argparse.Namespace
+) -> dict[str, list[Task]]:
+    queries: dict[str, list[Task]] = {}
+    for family in TAU_FILES:
+        run_tasks = {t.task.id for t in tau_runs[family]}
+        env_tasks = select_tasks(family, "200")
+        queries[family] = [t for t in env_tasks if t.id in run_tasks and held_out_task(t.id, 0.4)]
+    start = EVAL_SEED_BASE * 2
+    queries["household-d2"] = worlds(2, args.eval_worlds, start, lambda task: True)
+    queries["household-d3-a"] = worlds(
+        3, args.eval_worlds, start, lambda t: goal_object(t) in OBJECTS_A
+    )
+    return queries
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("data", nargs="?", default=None)
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--distil-worlds", type=int, default=150)
+    parser.add_argument("--eval-worlds", type=int, default=150)
+    parser.add_argument("--error-rate", type=float, default=0.3)
+    parser.add_argument("--k", type=int, default=3)
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.seeds, args.distil_worlds, args.eval_worlds = 1, 30, 20
+    shared = data_dir(args.data)
+    started = time.monotonic()
+    household = household_libraries(args)
+    tau, tau_runs = tau_libraries(shared)
+    tau_kept = tau["tau-retail"].kept() + tau["tau-airline"].kept()
+    everything = [s for report in [*household.values(), *tau.values()] for s in report.kept()]
+    result = {
+        "command": "python bench/strategies.py " + " ".join(argv or sys.argv[1:]),
+        "settings": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+        "policy": "noisy observable household teacher reading order hints (scripted)",
+        "object_set_a": sorted(OBJECTS_A),
+        "steps": {str(d): steps for d, steps in STEPS.items()},
+        "libraries": {name: report_json(r) for name, r in {**household, **tau}.items()},
+        "transfer": household_transfer(household, tau_kept, args),
+        "retrieval": retrieval_quality(everything, retrieval_queries(tau_runs, args)),
+        "tau_retail_to_tau2_retail": tau2_check(tau["tau-retail"].kept(), shared),
+        "seconds": round(time.monotonic() - started, 1),
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2) + b"\n")
+    for name, arm in result["transfer"].items():
+        log(f"{name}: without {arm['pooled']['without']} with {arm['pooled']['with']}")
+    log(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
