@@ -156,10 +156,10 @@ def train_sft(
         first = state["step"] + 1
     info = {"rows": len(rows), "trained_rows": len(data), "data_sha256": fingerprint}
     info.update(manifest or {})
-    log = _LossLog(out / LOSS_FILE, keep_until=first - 1)
+    log = LossLog(out / LOSS_FILE, keep_until=first - 1)
     model.train()
     for step in range(first, config.steps + 1):
-        rate = _rate(config, step)
+        rate = learning_rate(config, step)
         for group in optimizer.param_groups:
             group["lr"] = rate
         loss, tokens = _step(model, optimizer, data, codec.pad_id, config.batch_size, generator)
@@ -167,7 +167,7 @@ def train_sft(
         if progress:
             progress(StepDone(step, config.steps, loss, tokens))
         if step % config.save_every == 0 or step == config.steps:
-            _save(out, model, codec, config, optimizer, generator, step, info, log)
+            save_checkpoint(out, model, codec, config, optimizer, generator, step, info, log)
     return out
 
 
@@ -208,7 +208,7 @@ def _step(model, optimizer, data, pad_id, batch_size, generator) -> tuple[float,
     return float(loss.detach()), int(attention.sum())
 
 
-def _rate(config: SFTConfig, step: int) -> float:
+def learning_rate(config: SFTConfig, step: int) -> float:
     if step <= config.warmup:
         return config.lr * step / max(1, config.warmup)
     progress = (step - config.warmup) / max(1, config.steps - config.warmup)
@@ -306,7 +306,7 @@ def _load_state(path: Path) -> dict[str, Any]:
     return state
 
 
-class _LossLog:
+class LossLog:
     """The loss curve, appended each step and written with every checkpoint."""
 
     def __init__(self, path: Path, keep_until: int) -> None:
@@ -316,14 +316,15 @@ class _LossLog:
             lines = path.read_bytes().splitlines()
             self.rows = [r for r in map(orjson.loads, lines) if r["step"] <= keep_until]
 
-    def add(self, step: int, loss: float, rate: float) -> None:
-        self.rows.append({"step": step, "loss": round(loss, 5), "lr": rate})
+    def add(self, step: int, loss: float, rate: float, **figures: float) -> None:
+        extra = {name: round(value, 5) for name, value in figures.items()}
+        self.rows.append({"step": step, "loss": round(loss, 5), "lr": rate, **extra})
 
     def write(self, path: Path) -> None:
         path.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in self.rows))
 
 
-def _save(out, model, codec, config, optimizer, generator, step, info, log) -> None:
+def save_checkpoint(out, model, codec, config, optimizer, generator, step, info, log) -> None:
     """Write the checkpoint of `step` into a new directory, then swap it in for `out`."""
     import torch
     from transformers.utils import logging
