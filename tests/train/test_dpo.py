@@ -23,15 +23,15 @@ from trajforge.train.rows import preference_pairs, read_rows
 
 @pytest.fixture(scope="module")
 def pairs_file(tmp_path_factory) -> Path:
-    """`export --format dpo` of a store holding clean and noisy teacher runs of 16 worlds."""
+    """`export --format dpo` of a store holding clean and noisy teacher runs of 24 worlds."""
     folder = tmp_path_factory.mktemp("pairs")
     db = folder / "runs.db"
     with Store(db) as store:
-        for seed in range(16):
+        for seed in range(24):
             task = task_for(seed, 1)
-            noisy = NoisyObservableTeacher(seed=seed, error_rate=0.3)
+            noisy = NoisyObservableTeacher(seed=seed, error_rate=0.6)
             runs = [run_episode(HouseholdEnv(), ObservableTeacher(), task)]
-            runs.append(run_episode(HouseholdEnv(), noisy, task, limits=Limits(max_steps=20)))
+            runs.append(run_episode(HouseholdEnv(), noisy, task, limits=Limits(max_steps=8)))
             store.add_many(runs)
     out = folder / "pairs.jsonl"
     result = CliRunner().invoke(app, ["export", "--db", str(db), "-f", "dpo", "-o", str(out)])
