@@ -144,8 +144,8 @@ def test_tool_errors_use_tau_bench_wording() -> None:
 
 
 def test_a_run_of_an_unknown_environment_cannot_be_replayed() -> None:
-    run = Trajectory(task=Task(id="x", environment="swe-bench"))
-    with pytest.raises(UserError, match="environment 'swe-bench' cannot be replayed"):
+    run = Trajectory(task=Task(id="x", environment="nowhere"))
+    with pytest.raises(UserError, match="environment 'nowhere' cannot be replayed"):
         make_env(run)
     with pytest.raises(UserError, match="no replayable runs"):
         replay_many([run])

@@ -226,7 +226,7 @@ def test_cli_bad_fork_input_is_one_line_and_stores_nothing(tau_db: Path, shared_
     assert _invoke("import", str(swe), "--db", str(tau_db)).exit_code == 0
     with Store(tau_db) as store:
         swe_run = next(t for t in store.query() if t.source.harness == "mini-swe-agent")
-    _assert_refused(tau_db, ["fork", swe_run.id, "--at", "2"], "cannot be replayed")
+    _assert_refused(tau_db, ["fork", swe_run.id, "--at", "2"], "no SWE-bench instance")
     _assert_refused(
         tau_db,
         ["handoff", "--env", "bogus", "--reacher", "expert", "--solver", "expert"],

@@ -15,6 +15,7 @@ POLICIES.register(
 )
 POLICIES.register("replay", "trajforge.agents.replay:ReplayPolicy")
 POLICIES.register("llm", "trajforge.agents.llm:LLMPolicy")
+POLICIES.register("gold", "trajforge.agents.gold:GoldPolicy")
 
 __all__ = [
     "POLICIES",

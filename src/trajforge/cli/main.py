@@ -40,6 +40,7 @@ COMMANDS = {
     "train": "trajforge.cli.rl:train_app",
     "serve": "trajforge.cli.learn:serve_command",
     "eval": "trajforge.cli.learn:eval_command",
+    "swe": "trajforge.cli.swe:app",
     "strategies": "trajforge.cli.strategies:app",
 }
 

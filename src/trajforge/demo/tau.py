@@ -7,6 +7,8 @@ from typing import Any
 from trajforge.agents import ExpertPolicy
 from trajforge.agents.user_sim import ScriptedUser
 from trajforge.cli.envs import print_matrix, print_replay
+from trajforge.envs.base import ServesTasks
+from trajforge.envs.registry import ENVIRONMENTS
 from trajforge.envs.replay import replay_many, replayable
 from trajforge.rollout.factory import AgentSpec, PolicyOptions
 from trajforge.rollout.fork import fork
@@ -15,10 +17,20 @@ from trajforge.rollout.handoff import HandoffConfig, run_matrix
 HANDOFF_TASKS = 20
 
 
+def _self_contained(run: Any) -> bool:
+    """A replayable run of an environment that holds its own data (not one that builds
+    environments from outside data, as swe-bench does: the demo stays offline and quick)."""
+    if not replayable(run):
+        return False
+    env_class = ENVIRONMENTS.get(run.task.environment)
+    return not (isinstance(env_class, type) and issubclass(env_class, ServesTasks))
+
+
 def demo_step(ctx: Any) -> None:
-    """Replay every stored run of a replayable environment (the bundled tau runs and any
-    rollouts of earlier steps), fork a failed tau run at its midpoint, print a handoff table."""
-    runs = [t for t in ctx.store.query() if replayable(t) and t.parent is None]
+    """Replay every stored run of a self-contained replayable environment (the bundled tau
+    runs and any rollouts of earlier steps), fork a failed tau run at its midpoint, print a
+    handoff table."""
+    runs = [t for t in ctx.store.query() if _self_contained(t) and t.parent is None]
     summary = replay_many(runs)
     print_replay(summary, ctx.console)
     ctx.results["tau_replay"] = summary

@@ -30,7 +30,7 @@ from trajforge.diagnose.heuristics.gold import (
 from trajforge.diagnose.model import Correction, Diagnosis, Evidence
 from trajforge.diagnose.taxonomy import Category
 from trajforge.envs import make_env
-from trajforge.envs.base import Environment, Oracle
+from trajforge.envs.base import Environment, Oracle, TextActions
 from trajforge.envs.replay import replay_to
 from trajforge.errors import UserError
 from trajforge.rollout.episode import Limits
@@ -113,6 +113,11 @@ def check_forkable(traj: Trajectory) -> Environment:
         raise UserError(
             f"trajectory {traj.id}: environment '{env.name}' has no oracle; the "
             "counterfactual method needs one (use --method heuristic)"
+        )
+    if isinstance(env, TextActions):  # corrections here are tool calls, forks cheap
+        raise UserError(
+            f"trajectory {traj.id}: environment '{env.name}' reads actions from text; the "
+            "counterfactual method forks runs of tool calls (use --method heuristic)"
         )
     return env
 

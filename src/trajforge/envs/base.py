@@ -11,8 +11,11 @@ Opt-in abilities are small protocols, checked with `isinstance`:
 - `TaskSet` / `TaskLookup`: lists its tasks / finds one by id;
 - `StateHashing`: a hash of its state and the records that changed;
 - `EndsEpisodes`: can end the episode itself (`done`);
-- `UserFacts`: what the task's user can tell about themselves.
-- `RequiredOutputs`: what the agent must state for the task to succeed, and whether it has.
+- `UserFacts`: what the task's user can tell about themselves;
+- `RequiredOutputs`: what the agent must state for the task to succeed, and whether it has;
+- `ComparesSubmission`: compares its final state with a recorded submission;
+- `ServesTasks`: says which tasks it has no data for;
+- `TextActions`: actions written in the assistant's text (mini-swe-agent's bash blocks).
 
 A conversational task's user stops talking with `USER_STOP` in a message.
 """
@@ -155,6 +158,44 @@ class ConfiguredByRecording(Protocol):
 
     @classmethod
     def config_for_recording(cls, messages: list[Message]) -> Any: ...
+
+
+@runtime_checkable
+class TextActions(Protocol):
+    """Optional: actions written in the assistant's text (one ```bash block, as mini-swe-agent
+    writes them), each answered by a user message; the episode loop, replay and fork read
+    them so."""
+
+    def text_action(self, message: Message) -> ToolCall | None:
+        """The action of an assistant message, or None when it holds none."""
+        ...
+
+    def observation(self, result: StepResult) -> Message:
+        """The message that answers an action with `result`."""
+        ...
+
+    def comparable(self, output: str) -> str:
+        """An output with what differs between machines (times, paths) normalized, for
+        comparing a replayed output with the recorded one."""
+        ...
+
+
+@runtime_checkable
+class ComparesSubmission(Protocol):
+    """Optional: compares its final state with a recorded submission (a SWE run's diff)."""
+
+    def submission_matches(self, submission: str | None) -> bool | None:
+        """Whether the state equals `submission`; None when there is none to compare."""
+        ...
+
+
+@runtime_checkable
+class ServesTasks(Protocol):
+    """Optional: says which tasks it cannot run (a benchmark instance it holds no data for)."""
+
+    def cannot_serve(self, task: Task) -> str | None:
+        """Why `task` cannot run here, or None when it can."""
+        ...
 
 
 USER_STOP = "###STOP###"

@@ -13,7 +13,14 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from trajforge.envs.base import Environment, Oracle, StateHashing
+from trajforge.envs.base import (
+    ComparesSubmission,
+    Environment,
+    Oracle,
+    ServesTasks,
+    StateHashing,
+    TextActions,
+)
 from trajforge.envs.making import make_env
 from trajforge.envs.registry import ENVIRONMENTS
 from trajforge.errors import UserError
@@ -30,6 +37,28 @@ def answered_calls(messages: list[Message], n: int) -> list[tuple[int, ToolCall,
         if message.role == "tool" and message.tool_call_id in calls:
             answered.append((index, calls.pop(message.tool_call_id), message))
     return answered
+
+
+def recorded_actions(
+    env: Environment, messages: list[Message], n: int
+) -> list[tuple[int, ToolCall, Message]]:
+    """`answered_calls`, or for an environment of text actions (`TextActions`) the actions
+    of assistant messages answered by the next message within the first `n`."""
+    if not isinstance(env, TextActions):
+        return answered_calls(messages, n)
+    found = []
+    for index, message in enumerate(messages[: n - 1]):
+        call = env.text_action(message)
+        if call is not None and messages[index + 1].role == "user":
+            found.append((index + 1, call, messages[index + 1]))
+    return found
+
+
+def compared_forms(env: Environment, recorded: str, replayed: str) -> tuple[str, str]:
+    """The two outputs as compared: normalized where the environment normalizes them."""
+    if isinstance(env, TextActions):
+        return env.comparable(recorded), env.comparable(replayed)
+    return recorded, replayed
 
 
 UNEXECUTED_FAULTS = frozenset({"transient", "persistent"})
@@ -58,7 +87,7 @@ def replay_to(env: Environment, trajectory: Trajectory, n: int) -> Any:
 def replay_calls(env: Environment, trajectory: Trajectory, n: int) -> Any:
     """`replay_to` without the reset: for an environment just reset to the run's task."""
     faults = fault_kinds(trajectory)
-    for index, call, _ in answered_calls(trajectory.messages, n):
+    for index, call, _ in recorded_actions(env, trajectory.messages, n):
         if faults.get(index) not in UNEXECUTED_FAULTS:
             env.step(call)
     return env.snapshot()
@@ -98,6 +127,9 @@ class RunReplay(BaseModel):
     exact: int
     faulted: int = Field(default=0, description="Calls with an injected fault, not compared.")
     outcome_agree: bool
+    final_state_agree: bool | None = Field(
+        default=None, description="Final state equals the recorded submission (None: none)."
+    )
     recorded_reward: float | None
     replayed_reward: float | None
     mismatches: list[Mismatch]
@@ -114,7 +146,7 @@ def replay_run(trajectory: Trajectory, env: Environment | None = None) -> RunRep
     faults = fault_kinds(trajectory)
     mismatches = []
     compared = 0
-    answered = answered_calls(trajectory.messages, len(trajectory.messages))
+    answered = recorded_actions(env, trajectory.messages, len(trajectory.messages))
     for index, call, recorded in answered:
         if faults.get(index) in UNEXECUTED_FAULTS:
             continue
@@ -122,13 +154,19 @@ def replay_run(trajectory: Trajectory, env: Environment | None = None) -> RunRep
         if index in faults:
             continue
         compared += 1
-        if replayed != recorded.text():
-            reason = describe_difference(recorded.text(), replayed)
+        left, right = compared_forms(env, recorded.text(), replayed)
+        if left != right:
+            reason = describe_difference(left, right)
             mismatches.append(
                 Mismatch(
                     trajectory_id=trajectory.id, message_index=index, tool=call.name, reason=reason
                 )
             )
+    final = (
+        env.submission_matches(trajectory.task.data.get("submission"))
+        if isinstance(env, ComparesSubmission)
+        else None
+    )
     outcome = env.evaluate()
     recorded_reward = trajectory.outcome.reward
     agree = recorded_reward is not None and outcome.reward == recorded_reward
@@ -149,6 +187,7 @@ def replay_run(trajectory: Trajectory, env: Environment | None = None) -> RunRep
         exact=compared - sum(m.message_index is not None for m in mismatches),
         faulted=len(answered) - compared,
         outcome_agree=agree,
+        final_state_agree=final,
         recorded_reward=recorded_reward,
         replayed_reward=outcome.reward,
         mismatches=mismatches,
@@ -177,6 +216,10 @@ class ReplaySummary(BaseModel):
     exact_ratio: float = Field(description="exact / calls (1.0 when there are no calls).")
     faulted: int = Field(default=0, description="Calls with an injected fault (not compared).")
     outcome_agree: int = Field(description="Runs whose evaluation equals the recorded reward.")
+    final_state_compared: int = Field(default=0, description="Runs with a recorded submission.")
+    final_state_agree: int = Field(
+        default=0, description="Of those, runs whose final state equals the submission."
+    )
     skipped: int = Field(description="Runs of environments that cannot be replayed.")
     skipped_environments: list[str] = Field(description="Those environments.")
     by_environment: dict[str, dict[str, int]] = Field(
@@ -199,7 +242,17 @@ def replay_many(trajectories: Iterable[Trajectory], explicit: bool = False) -> R
                 make_env(trajectory)  # raises the one-line reason
             skipped.append(trajectory.task.environment or "(none)")
             continue
-        reports.append(replay_run(trajectory))
+        env = make_env(trajectory)
+        reason = env.cannot_serve(trajectory.task) if isinstance(env, ServesTasks) else None
+        if reason is not None:
+            if explicit:
+                raise UserError(f"trajectory {trajectory.id} cannot be replayed: {reason}")
+            skipped.append(f"{env.name} (no data for the task)")
+            continue
+        try:
+            reports.append(replay_run(trajectory, env))
+        finally:
+            env.close()
     if not reports:
         raise UserError(
             "no replayable runs selected"
@@ -214,6 +267,8 @@ def replay_many(trajectories: Iterable[Trajectory], explicit: bool = False) -> R
         exact_ratio=exact / calls if calls else 1.0,
         faulted=sum(r.faulted for r in reports),
         outcome_agree=sum(r.outcome_agree for r in reports),
+        final_state_compared=sum(r.final_state_agree is not None for r in reports),
+        final_state_agree=sum(bool(r.final_state_agree) for r in reports),
         skipped=len(skipped),
         skipped_environments=sorted(set(skipped)),
         by_environment={

@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from pydantic import BaseModel, Field
 
 from trajforge.agents.base import EpisodeState, Policy, UserSimulator
-from trajforge.envs.base import USER_STOP, Environment
+from trajforge.envs.base import USER_STOP, Environment, TextActions
 from trajforge.errors import EpisodeEnd
 from trajforge.models.retry import ModelCallFailed
 from trajforge.schema import (
@@ -102,6 +102,11 @@ def _loop(env, policy, traj, user, limits, hooks, started) -> TerminationReason:
             if _run_tools(env, traj, message.tool_calls):
                 return "env_done"
             continue
+        text_call = env.text_action(message) if isinstance(env, TextActions) else None
+        if text_call is not None:
+            if run_text_action(env, traj, text_call):
+                return "env_done"
+            continue
         if user is None:
             return "agent_stop"
         reply = user.reply(state.model_copy(update={"messages": traj.messages}))
@@ -134,6 +139,16 @@ def _run_tools(env: Environment, traj: Trajectory, calls: list[ToolCall]) -> boo
             traj.faults.append(Fault.model_validate({"message_index": index, **result.fault}))
         done = done or result.done
     return done
+
+
+def run_text_action(env: Environment, traj: Trajectory, call: ToolCall) -> bool:
+    """Execute an action written in the assistant's text and append its answer (a user
+    message); True when the environment is done."""
+    if not isinstance(env, TextActions):
+        raise TypeError(f"environment {env.name} does not read actions from text")
+    result = env.step(call)
+    traj.messages.append(env.observation(result))
+    return bool(result.done)
 
 
 def _limit_reached(traj: Trajectory, limits: Limits, started: float) -> TerminationReason | None:

@@ -11,6 +11,8 @@ Where the prefix stops matters:
 - after the system prompt only: the user opens the conversation first;
 - after an assistant message with tool calls that the prefix does not answer: those calls
   are executed first (the child's message `at` is their result);
+- after an assistant message whose text holds an action (an environment of text actions,
+  such as mini-swe-agent's bash blocks in `swe-bench`): the action is executed first;
 - after an assistant message without tool calls: the user replies first;
 - after the user's stop message, or once the environment is done (a hand-over to a
   human): nothing runs, the child is judged as it is.
@@ -24,11 +26,11 @@ from pydantic import BaseModel, Field
 
 from trajforge.agents.base import EpisodeState, Policy, UserSimulator
 from trajforge.envs import make_env
-from trajforge.envs.base import USER_STOP, EndsEpisodes, Environment
+from trajforge.envs.base import USER_STOP, EndsEpisodes, Environment, TextActions
 from trajforge.envs.replay import answered_calls, replay_calls
 from trajforge.errors import UserError
 from trajforge.models.retry import ModelCallFailed
-from trajforge.rollout.episode import Limits, run_episode
+from trajforge.rollout.episode import Limits, run_episode, run_text_action
 from trajforge.rollout.factory import ForkPoint, build, choose_user, open_conversation
 from trajforge.schema import (
     MODEL_ERROR,
@@ -36,6 +38,7 @@ from trajforge.schema import (
     Message,
     Source,
     TerminationReason,
+    ToolCall,
     Trajectory,
 )
 from trajforge.store import Store
@@ -186,11 +189,17 @@ def prepare_turn(env: Environment, child: Trajectory, user: UserSimulator | None
         child.messages.append(_opening(user, child))
     elif last.role == "assistant" and last.tool_calls:
         _answer_pending(env, child)
+    elif last.role == "assistant" and (call := _text_action(env, last)) is not None:
+        run_text_action(env, child, call)
     elif last.role == "assistant" and user is not None:
         reply = user.reply(_state(env, child))
         child.messages.append(reply)
         return USER_STOP in reply.text()
     return False
+
+
+def _text_action(env: Environment, message: Message) -> ToolCall | None:
+    return env.text_action(message) if isinstance(env, TextActions) else None
 
 
 def _restore_binding(env: Environment, child: Trajectory) -> None:

@@ -7,6 +7,8 @@ import shlex
 from collections.abc import Mapping
 from pathlib import Path
 
+from trajforge.agents.gold import GoldPatchSource
+from trajforge.envs.registry import ENVIRONMENTS
 from trajforge.envs.replay import replayable
 from trajforge.errors import UserError
 from trajforge.rollout.factory import ForkPoint, build
@@ -16,11 +18,21 @@ from trajforge.store import Store
 from trajforge.web.html import h, run_link
 from trajforge.web.params import whole
 
-POLICIES = ("expert", "noisy-expert", "replay")
+POLICIES = ("expert", "noisy-expert", "replay", "gold")
 """Policies the UI offers (they need no model endpoint); the command line offers them all."""
 MAX_MESSAGES = 10_000_000
 """Bound of a fork point (`check_fork_index` then checks it against the run)."""
 MAX_SEED = 2**32 - 1
+
+
+def default_policy(traj: Trajectory) -> str:
+    """`gold` for runs of an environment that knows its reference patch (SWE-bench), else
+    the oracle's `expert`."""
+    name = traj.task.environment
+    env_class = ENVIRONMENTS.get(name) if name and replayable(traj) else None
+    if isinstance(env_class, type) and issubclass(env_class, GoldPatchSource):
+        return "gold"
+    return "expert"
 
 
 def fork_command(traj: Trajectory, at: int, db: Path, policy: str = "expert") -> str:
@@ -32,7 +44,8 @@ def fork_command(traj: Trajectory, at: int, db: Path, policy: str = "expert") ->
 def fork_form(traj: Trajectory, at: int, db: Path, token_field: str) -> str:
     """The page: the command, and a form (with `token_field`, the form token) that runs it."""
     check_fork_index(traj, at)
-    command = fork_command(traj, at, db)
+    policy = default_policy(traj)
+    command = fork_command(traj, at, db, policy)
     head = (
         f"<h1>Fork {run_link(traj.id)} at message {at}</h1>"
         f"<p>The child keeps the first {at} messages and continues from the identical state. "
@@ -45,7 +58,8 @@ def fork_form(traj: Trajectory, at: int, db: Path, token_field: str) -> str:
             f"({h(traj.task.environment or 'none')}) cannot be rebuilt by replaying the "
             "recorded tool calls.</p>"
         )
-    options = "".join(f"<option>{p}</option>" for p in POLICIES)
+    ordered = [policy, *(p for p in POLICIES if p != policy)]
+    options = "".join(f"<option>{p}</option>" for p in ordered)
     return head + (
         f'<form method="post" action="/runs/{h(traj.id)}/fork" id="fork-form">{token_field}'
         f'<input type="hidden" name="at" value="{at}">'

@@ -14,6 +14,11 @@ Backends:
   (writes anywhere, network, host processes). It is never chosen by `auto`: it must be
   asked for (`backend="none"`), and it logs a warning each time it runs a command.
 
+A `Layout` changes what the command sees (the `swe-bench` environment's): the workspace at
+another path (`/testbed`), more folders bound read-only (a virtual environment at `/venv`,
+the interpreter it was made from) or read-write, its own environment variables, and the
+network (only for building environments, never for an agent's commands).
+
 Limits on every backend: wall time, address space per process (`memory_mb`), total resident
 memory of all the command's processes (`total_memory_mb`, watched every `WATCH_S` seconds;
 the command is killed above it), number of processes (`max_processes`, as `RLIMIT_NPROC`),
@@ -29,6 +34,7 @@ import logging
 import os
 import resource
 import selectors
+import shlex
 import shutil
 import signal
 import stat
@@ -65,6 +71,40 @@ class SandboxConfig(BaseModel):
     max_output_bytes: int = Field(
         default=16 * 1024 * 1024, gt=0, description="Output read before the command is killed."
     )
+
+
+class Layout(BaseModel):
+    """What a sandboxed command sees besides the system (default: the workspace at its own
+    path, no network, the toy environment's variables)."""
+
+    workspace_at: str | None = Field(
+        default=None, description="Path of the workspace inside (default: its own path)."
+    )
+    read_only: list[tuple[str, str]] = Field(
+        default_factory=list, description="(host path, path inside) bound read-only."
+    )
+    writable: list[tuple[str, str]] = Field(
+        default_factory=list, description="(host path, path inside) bound read-write."
+    )
+    network: bool = Field(default=False, description="Share the host's network (builds only).")
+    host_python: bool = Field(
+        default=True, description="Bind the interpreter running trajforge (the toy's tests use it)."
+    )
+    env: dict[str, str] | None = Field(
+        default=None, description="The command's environment (default: the toy's)."
+    )
+    silent_hosts: list[str] = Field(
+        default_factory=list,
+        description="Addresses whose connections hang, as on a network that drops them, "
+        "instead of failing at once (root runs only; tests that expect a connect timeout).",
+    )
+
+    def inside(self, workspace: Path) -> str:
+        return self.workspace_at or str(workspace)
+
+
+_NETWORK_ETC = ("resolv.conf", "hosts", "nsswitch.conf", "gai.conf", "ssl", "ca-certificates")
+DEFAULT_LAYOUT = Layout()
 
 
 class SandboxResult(BaseModel):
@@ -134,25 +174,54 @@ def _folders(path: Path) -> list[str]:
     return args
 
 
-def _bwrap_argv(workspace: Path, command: list[str]) -> list[str]:
-    ws = str(workspace)
+def _layout_binds(layout: Layout) -> list[str]:
+    """Binds of a layout's extra folders (after /tmp: they may sit under it on the host)."""
+    args: list[str] = []
+    for host, inside in layout.read_only:
+        args += [*_folders(Path(inside)), "--ro-bind", host, inside]
+    for host, inside in layout.writable:
+        args += [*_folders(Path(inside)), "--bind", host, inside]
+    if layout.network:
+        for name in _NETWORK_ETC:
+            if Path("/etc", name).exists():
+                args += ["--ro-bind", f"/etc/{name}", f"/etc/{name}"]
+    return args
+
+
+def _namespaces(layout: Layout) -> list[str]:
+    if os.geteuid():
+        return ["--unshare-all", *(["--share-net"] if layout.network else [])]
+    shared = ["--unshare-ipc", "--unshare-pid", "--unshare-uts", "--unshare-cgroup-try"]
+    return shared + ([] if layout.network else ["--unshare-net"])
+
+
+def _bwrap_argv(workspace: Path, command: list[str], layout: Layout = DEFAULT_LAYOUT) -> list[str]:
+    ws = layout.inside(workspace)
     user = [
         "setpriv", f"--reuid={SANDBOX_UID}", f"--regid={SANDBOX_UID}", "--clear-groups",
         "--inh-caps=-all", "--bounding-set=-all",
     ]  # fmt: skip
-    namespaces = ["--unshare-all"] if os.geteuid() else [
-        "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try",
-    ]  # fmt: skip
     return [
-        "bwrap", *_system_binds(), "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
-        *_interpreter_binds(), *_folders(workspace), "--bind", ws, ws, *namespaces,
+        "bwrap", *_system_binds(), "--dev", "/dev", "--proc", "/proc",
+        "--perms", "01777", "--tmpfs", "/tmp",
+        *(_interpreter_binds() if layout.host_python else []),
+        *_layout_binds(layout), *_folders(Path(ws)),
+        "--bind", str(workspace), ws, *_namespaces(layout),
         "--die-with-parent", "--new-session", "--chdir", ws, "--",
-        *(user if os.geteuid() == 0 else []), *command,
+        *_routes(layout), *(user if os.geteuid() == 0 else []), *command,
     ]  # fmt: skip
 
 
-def _argv(backend: str, workspace: Path, command: list[str]) -> list[str]:
-    return _bwrap_argv(workspace, command) if backend == "bwrap" else command
+def _routes(layout: Layout) -> list[str]:
+    """A prefix that routes the silent hosts into the loopback, where they are dropped."""
+    if os.geteuid() != 0 or layout.network or not layout.silent_hosts:
+        return []
+    routes = "; ".join(f"ip route add {shlex.quote(h)}/32 dev lo" for h in layout.silent_hosts)
+    return ["sh", "-c", f'{{ {routes}; }} 2>/dev/null; exec "$@"', "sh"]
+
+
+def _argv(backend: str, workspace: Path, command: list[str], layout: Layout) -> list[str]:
+    return _bwrap_argv(workspace, command, layout) if backend == "bwrap" else command
 
 
 def _environment(workspace: Path) -> dict[str, str]:
@@ -202,8 +271,14 @@ def hand_over(workspace: Path) -> None:
             os.lchown(os.path.join(root, name), SANDBOX_UID, SANDBOX_UID)
 
 
-def run_sandboxed(command: list[str], workspace: Path, config: SandboxConfig) -> SandboxResult:
-    """Run `command` in `workspace` under the configured backend and limits."""
+def run_sandboxed(
+    command: list[str],
+    workspace: Path,
+    config: SandboxConfig,
+    layout: Layout = DEFAULT_LAYOUT,
+) -> SandboxResult:
+    """Run `command` in `workspace` under the configured backend and limits, seeing what
+    `layout` adds."""
     backend = resolve_backend(config.backend)
     if backend == "none":
         log.warning("sandbox backend 'none': the command is not confined: %s", command[:3])
@@ -213,9 +288,9 @@ def run_sandboxed(command: list[str], workspace: Path, config: SandboxConfig) ->
     # RLIMIT_NPROC counts every process of the user: the command may add `max_processes`.
     processes = config.max_processes + _processes_of(uid)
     process = subprocess.Popen(
-        _argv(backend, workspace, command),
+        _argv(backend, workspace, command, layout),
         cwd=workspace,
-        env=_environment(workspace),
+        env=layout.env if layout.env is not None else _environment(workspace),
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
