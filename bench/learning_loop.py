@@ -17,6 +17,12 @@ kind of data, each with several seeds:
 - E+S: plus corrections of the student's own failures (the E student of the same seed rolled
        out on the training worlds; each failed run forked at the first step where the teacher
        would have acted otherwise; the teacher continuing; a DAgger-style second round);
+- E+DPO: the E student trained further with DPO (`trajforge.train.dpo`) on preference pairs
+       from the same noisy-teacher runs: at each first mistake, the clean teacher's action of
+       a successful fork there is chosen over the mistake, plus the sibling pairs where a
+       failing noisy run parts from the clean teacher's passing run; equal steps with E+R:
+       SFT on E's rows for `dpo_share` less of the steps, then DPO for the rest, half a
+       batch of pairs a step (as many sequences as a batch of the other arms);
 - O:   the privileged oracle's demonstrations on the same worlds (the cautionary control);
 - T:   a guided teacher's successes on the training worlds. The teacher is a student of the
        same size and budget trained on the observable teacher's runs (no hint) plus the
@@ -67,6 +73,7 @@ from trajforge.envs.household import HouseholdEnv, task_for
 from trajforge.generate.guided import GuidedRecovery, RecoverConfig, recover_runs, with_guidance
 from trajforge.generate.guided.guidance import hidden_state_guidance
 from trajforge.generate.guided.hinted import hinted_run
+from trajforge.generate.pairs import fork_pair, sibling_pairs
 from trajforge.generate.recovery import (
     first_disagreement,
     first_labelled_error,
@@ -74,7 +81,9 @@ from trajforge.generate.recovery import (
     recovery_rows,
 )
 from trajforge.rollout.episode import Limits, run_episode
+from trajforge.schema import Trajectory
 from trajforge.serve.student import Student
+from trajforge.train.dpo import DPOConfig, train_dpo
 from trajforge.train.evaluate import (
     check_held_out,
     fresh_starts,
@@ -85,7 +94,7 @@ from trajforge.train.evaluate import (
     wilson,
 )
 from trajforge.train.guided import LockstepRunner
-from trajforge.train.rows import sequences
+from trajforge.train.rows import preference_pairs, sequences
 from trajforge.train.sft import SFTConfig, train_sft
 
 Row = tuple[list[dict], list[dict]]
@@ -107,6 +116,9 @@ class LabConfig:
     difficulty: int = 1
     teacher_failures: int = 150
     teacher_steps: int | None = None
+    dpo_share: float = 0.25
+    dpo_beta: float = 0.1
+    dpo_lr: float = 2e-4
     work: str = "/tmp/learning_loop"
     student: str = "tiny"
     lora_rank: int = 0
@@ -149,18 +161,39 @@ class Lab:
             HouseholdEnv(), policy, task, limits=Limits(max_steps=self.config.max_steps)
         )
 
-    def teacher_recoveries(self, seed: int) -> list[dict]:
-        """Recovery demonstrations from the noisy teacher's runs (first mistake of each)."""
-        forks = []
+    def noisy_runs(self, seed: int) -> list[Trajectory]:
+        """The noisy teacher's run of every training world (the same runs for E+R and E+DPO)."""
+        runs = []
         for index, task in enumerate(self.tasks):
             noisy = NoisyObservableTeacher(
                 seed=seed * 100_003 + index, error_rate=self.config.noise
             )
-            run = self._run(noisy, task)
-            error = first_labelled_error(run)
-            if error is not None:
-                forks.append((run, error))
+            runs.append(self._run(noisy, task))
+        return runs
+
+    def teacher_recoveries(self, seed: int) -> list[dict]:
+        """Recovery demonstrations from the noisy teacher's runs (first mistake of each)."""
+        runs = self.noisy_runs(seed)
+        forks = [(run, e) for run in runs if (e := first_labelled_error(run)) is not None]
         return recovery_rows(HouseholdEnv, forks, ObservableTeacher(), self.config.max_steps, "R")
+
+    def teacher_pairs(self, seed: int) -> list[dict]:
+        """Preference pairs from the noisy teacher's runs: at each first mistake, the clean
+        teacher's action from a successful fork there over the mistake (`fork_pair`), and
+        where a failing noisy run parts from the clean teacher's passing run of its world
+        (`sibling_pairs`); one pair per (run, step, chosen action)."""
+        runs = self.noisy_runs(seed)
+        teacher, steps = ObservableTeacher(), self.config.max_steps
+        pairs = [
+            pair
+            for run in runs
+            if (error := first_labelled_error(run)) is not None
+            and (pair := fork_pair(HouseholdEnv, run, error, teacher, steps)) is not None
+        ]
+        pairs += sibling_pairs(runs + [self._run(teacher, task) for task in self.tasks])
+        unique = {(p["run_id"], p["prompt_end"], orjson.dumps(p["chosen"])): p for p in pairs}
+        self.details["pairs_by_method"] = _methods(unique.values())
+        return list(unique.values())
 
     def student_recoveries(self, seed: int) -> list[dict]:
         """Corrections of the E student's own failed runs on the training worlds."""
@@ -278,51 +311,6 @@ def checkpoint_dir(config: LabConfig, arm: str, seed: int) -> Path:
     return Path(config.work) / f"{arm}-seed{seed}"
 
 
-@dataclass
-class Arm:
-    name: str
-    about: str
-    rows: Callable[[Lab, int], list[dict]]
-    needs: tuple[str, ...] = ()
-    adds_to: str = "E"
-    """The arm whose data this one extends: paired differences are taken against E and it."""
-
-
-ARMS: list[Arm] = [
-    Arm("E", "observable-teacher successes", lambda lab, seed: lab.demos("teacher")),
-    Arm(
-        "E+R",
-        "plus recovery demonstrations from noisy-teacher failures",
-        lambda lab, seed: lab.demos("teacher") + lab.teacher_recoveries(seed),
-    ),
-    Arm(
-        "E+S",
-        "plus corrections of the E student's own failures",
-        lambda lab, seed: lab.demos("teacher") + lab.student_recoveries(seed),
-        needs=("E",),
-    ),
-    Arm("O", "privileged-oracle demonstrations", lambda lab, seed: lab.demos("oracle")),
-    Arm(
-        "T",
-        "a guided teacher's successes (the teacher: a student trained on observable-teacher "
-        "runs and on oracle runs with a where-things-are hint in the system prompt)",
-        lambda lab, seed: lab.guided_teacher("T"),
-    ),
-    Arm(
-        "T+P",
-        "plus the guided teacher's failures recovered with guidance (correction, privileged "
-        "hint), guidance stripped",
-        lambda lab, seed: lab.guided_teacher("T", "P"),
-        adds_to="T",
-    ),
-]
-
-
-def _train(lab: Lab, arm: Arm, seed: int, rows: list[dict]) -> Path:
-    out = checkpoint_dir(lab.config, arm.name, seed)
-    return train_rows(lab.config, rows, out, f"{arm.name}-seed{seed}", seed)
-
-
 def train_rows(
     config: LabConfig, rows: list[dict], out: Path, name: str, seed: int, steps: int | None = None
 ) -> Path:
@@ -347,6 +335,93 @@ def train_rows(
     manifest = {"name": name, "train_tasks": tasks}
     train_sft(sequences(rows), out, sft, manifest=manifest)
     return out
+
+
+def dpo_steps(config: LabConfig) -> int:
+    """The share of the lab's steps that E+DPO spends on preference pairs."""
+    return max(1, round(config.steps * config.dpo_share))
+
+
+def sft_then_dpo(config: LabConfig, rows: list[dict], out: Path, name: str, seed: int) -> Path:
+    """The E student trained for the lab's steps less `dpo_steps` on the rows that are not
+    pairs, then DPO for `dpo_steps` on the pairs (batch_size / 2 pairs a step: as many
+    sequences a step as the other arms' batches), so the total steps equal every arm's."""
+    pairs = [row for row in rows if row["form"] == "preference"]
+    demos = [row for row in rows if row["form"] != "preference"]
+    tuning = dpo_steps(config)
+    start = out.with_name(out.name + "-sft")
+    train_rows(config, demos, start, f"{name}-sft", seed, steps=config.steps - tuning)
+    dpo = DPOConfig(
+        steps=tuning,
+        batch_size=max(1, config.batch_size // 2),
+        beta=config.dpo_beta,
+        lr=config.dpo_lr,
+        warmup=min(10, tuning // 5),
+        seed=seed,
+        threads=1,
+    )
+    tasks = sorted({row["task_id"] for row in pairs})
+    train_dpo(
+        preference_pairs(pairs), start, out, dpo, manifest={"name": name, "pair_tasks": tasks}
+    )
+    return out
+
+
+@dataclass
+class Arm:
+    name: str
+    about: str
+    rows: Callable[[Lab, int], list[dict]]
+    needs: tuple[str, ...] = ()
+    adds_to: str = "E"
+    """The arm whose data this one extends, or whose budget it matches with other data:
+    paired differences are taken against E and it."""
+    train: Callable[[LabConfig, list[dict], Path, str, int], Path] = train_rows
+    """How the arm's student is trained on its rows."""
+
+
+ARMS: list[Arm] = [
+    Arm("E", "observable-teacher successes", lambda lab, seed: lab.demos("teacher")),
+    Arm(
+        "E+R",
+        "plus recovery demonstrations from noisy-teacher failures",
+        lambda lab, seed: lab.demos("teacher") + lab.teacher_recoveries(seed),
+    ),
+    Arm(
+        "E+S",
+        "plus corrections of the E student's own failures",
+        lambda lab, seed: lab.demos("teacher") + lab.student_recoveries(seed),
+        needs=("E",),
+    ),
+    Arm(
+        "E+DPO",
+        "the E student (trained on the E rows for all but dpo_share of the steps) trained "
+        "further with DPO on preference pairs from the noisy teacher's runs (fork and "
+        "sibling pairs at its mistakes), at E+R's total steps",
+        lambda lab, seed: lab.demos("teacher") + lab.teacher_pairs(seed),
+        train=sft_then_dpo,
+        adds_to="E+R",
+    ),
+    Arm("O", "privileged-oracle demonstrations", lambda lab, seed: lab.demos("oracle")),
+    Arm(
+        "T",
+        "a guided teacher's successes (the teacher: a student trained on observable-teacher "
+        "runs and on oracle runs with a where-things-are hint in the system prompt)",
+        lambda lab, seed: lab.guided_teacher("T"),
+    ),
+    Arm(
+        "T+P",
+        "plus the guided teacher's failures recovered with guidance (correction, privileged "
+        "hint), guidance stripped",
+        lambda lab, seed: lab.guided_teacher("T", "P"),
+        adds_to="T",
+    ),
+]
+
+
+def _train(lab: Lab, arm: Arm, seed: int, rows: list[dict]) -> Path:
+    out = checkpoint_dir(lab.config, arm.name, seed)
+    return arm.train(lab.config, rows, out, f"{arm.name}-seed{seed}", seed)
 
 
 def _evaluate(lab: Lab, checkpoint: Path) -> dict[str, Any]:
@@ -431,6 +506,13 @@ def run_all(
                 saved = {"commands": commands, **results}
                 partial.write_bytes(orjson.dumps(saved, option=orjson.OPT_NON_STR_KEYS))
     return results
+
+
+def _methods(pairs) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for pair in pairs:
+        counts[pair["method"]] = counts.get(pair["method"], 0) + 1
+    return counts
 
 
 def _kinds(rows: list[dict]) -> dict[str, int]:

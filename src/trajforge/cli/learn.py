@@ -110,6 +110,47 @@ def _step_line(lines: ProgressLines, done: StepDone) -> None:
 train_app.command("sft")(guarded(option_sets(sft_command)))
 
 
+def dpo_command(
+    base: Annotated[Path, typer.Option("--base", help="Starting checkpoint (train sft --out).")],
+    data: Annotated[
+        list[Path], typer.Option("--data", help="Preference pairs, JSONL (export --format dpo).")
+    ],
+    out: Annotated[Path, typer.Option("--out", help="Checkpoint directory to write.")],
+    steps: Annotated[int, typer.Option("--steps", min=1, help="Optimizer steps.")] = 100,
+    beta: Annotated[float, typer.Option("--beta", help="DPO temperature.")] = 0.1,
+    batch_size: Annotated[int, typer.Option("--batch-size", min=1, help="Pairs per step.")] = 8,
+    lr: Annotated[float, typer.Option("--lr", help="Peak learning rate.")] = 1e-4,
+    seed: Annotated[int, typer.Option("--seed", help="Data order.")] = 0,
+) -> None:
+    """Preference training (DPO) of a student; loss only on the chosen and rejected turns."""
+    from trajforge.train.dpo import DPOConfig, train_dpo
+    from trajforge.train.evaluate import check_training_tasks
+    from trajforge.train.rows import preference_pairs, read_rows
+    from trajforge.train.sft import check_out
+
+    config = config_from_options(
+        DPOConfig, {}, steps=steps, beta=beta, batch_size=batch_size, lr=lr, seed=seed
+    )
+    check_out(out)
+    rows = [r for path in data for r in read_rows(path, form="preference")]
+    tasks = sorted({str(r["task_id"]) for r in rows if r.get("task_id")})
+    check_training_tasks(tasks)
+    lines = ProgressLines("train dpo", steps, "step")
+    train_dpo(
+        preference_pairs(rows),
+        base,
+        out,
+        config,
+        manifest={"name": out.name, "pair_tasks": tasks},
+        progress=lambda done: _step_line(lines, done),
+    )
+    lines.finish()
+    err_console.print(f"wrote checkpoint {out} ({len(rows)} pairs, {steps} steps)", highlight=False)
+
+
+train_app.command("dpo")(guarded(option_sets(dpo_command)))
+
+
 def serve_command(
     checkpoint: Annotated[
         Path,

@@ -11,7 +11,10 @@ assistant turn that is not learned carries `weight: 0` (what the codecs mask), b
 of each form: in a `messages` row every assistant turn is learned; in a prompt-completion
 row only the completion is. The rows of one run cut into one row per learned turn are packed
 back into one sequence (`pack_rows`): the same tokens carry loss, computed in one pass.
-Preference rows are refused (they are for preference training).
+Preference rows are refused (they are for preference training): `preference_pairs(rows)`
+turns each into its two sequences, prompt + chosen and prompt + rejected, with only the
+answer learned (what `trajforge.train.dpo` trains on); `read_rows(path, form="preference")`
+refuses a line of another form.
 
 `chat_row(value)` checks such a sequence against `ChatRow` (an OpenAI chat record: `messages`
 with `"weight": 0` on a turn that is not learned, and `tools`) and returns it with `tools` as
@@ -32,6 +35,9 @@ from trajforge.generate.recovery import household_rows
 from trajforge.generate.rows import pack_rows, validate_row
 from trajforge.jsonfile import iter_jsonl
 from trajforge.schema import Role, Trajectory
+
+Chat = tuple[list[dict], list[dict]]
+"""(messages, tools): one sequence the codecs encode."""
 
 _JSON_TYPES = {"int": "a number", "float": "a number", "str": "a string", "bool": "a boolean",
                "NoneType": "null", "list": "a list", "dict": "an object"}  # fmt: skip
@@ -171,9 +177,9 @@ def describe(exc: ValidationError) -> str:
     return f"{path.lstrip('.')}: {problem}"
 
 
-def read_rows(path: Path) -> list[dict[str, Any]]:
+def read_rows(path: Path, form: str | None = None) -> list[dict[str, Any]]:
     """The training rows of a JSONL file (`.gz` too); a bad line names the file, line and
-    field."""
+    field. With `form`, a row of another form is an error too."""
     if not path.is_file():
         raise InputError(str(path), "no such dataset file")
     rows = []
@@ -185,6 +191,10 @@ def read_rows(path: Path) -> list[dict[str, Any]]:
         except ValueError as exc:
             raise InputError(str(path), f"not a training row: {exc}", f"line {number}") from None
         assert isinstance(value, dict)
+        if form is not None and value["form"] != form:
+            raise InputError(
+                str(path), f"form: must be {form!r}, not {value['form']!r}", f"line {number}"
+            )
         rows.append(value)
     return rows
 
@@ -208,6 +218,26 @@ def sequences(rows: Iterable[dict[str, Any]]) -> list[tuple[list[dict], list[dic
     """(messages, tools) per packed conversation (`pack_rows`), each assistant turn that is
     not learned marked `weight: 0`, the conversation cut after its last learned turn."""
     return [_marked(p.messages, p.learned, p.tools) for p in pack_rows(rows)]
+
+
+def preference_pairs(rows: Iterable[dict[str, Any]]) -> list[tuple[Chat, Chat]]:
+    """((prompt + chosen, tools), (prompt + rejected, tools)) per preference row, every
+    assistant turn of the prompt marked `weight: 0`: only the two answers are learned."""
+    pairs = []
+    for row in rows:
+        if row.get("form") != "preference":
+            raise UserError(
+                f"run {row.get('run_id')}: a {row.get('form')} row is not a preference pair"
+            )
+        prompt = [_context(m) for m in row["prompt"]]
+        tools = _tool_list(row.get("tools"))
+        assert isinstance(tools, list)
+        pairs.append(((prompt + row["chosen"], tools), (prompt + row["rejected"], tools)))
+    return pairs
+
+
+def _context(message: dict) -> dict:
+    return message | {"weight": 0} if message.get("role") == "assistant" else message
 
 
 def _marked(

@@ -169,10 +169,10 @@ def train_sft(
         first = state["step"] + 1
     info = {"rows": len(rows), "trained_rows": len(data), "data_sha256": fingerprint}
     info.update(manifest or {})
-    log = _LossLog(out / LOSS_FILE, keep_until=first - 1)
+    log = LossLog(out / LOSS_FILE, keep_until=first - 1)
     model.train()
     for step in range(first, config.steps + 1):
-        rate = _rate(config, step)
+        rate = learning_rate(config, step)
         for group in optimizer.param_groups:
             group["lr"] = rate
         loss, tokens = _step(model, optimizer, data, codec.pad_id, config, generator)
@@ -180,7 +180,7 @@ def train_sft(
         if progress:
             progress(StepDone(step, config.steps, loss, tokens))
         if step % config.save_every == 0 or step == config.steps:
-            _save(out, model, codec, config, optimizer, generator, step, info, log)
+            save_checkpoint(out, model, codec, config, optimizer, generator, step, info, log)
     return out
 
 
@@ -234,7 +234,7 @@ def _batch(batch: list[tuple], pad_id: int) -> tuple[Any, Any, Any]:
     return ids, attention, ids.masked_fill(~mask, -100)
 
 
-def _rate(config: SFTConfig, step: int) -> float:
+def learning_rate(config: SFTConfig, step: int) -> float:
     if step <= config.warmup:
         return config.lr * step / max(1, config.warmup)
     progress = (step - config.warmup) / max(1, config.steps - config.warmup)
@@ -321,7 +321,7 @@ def _load_state(path: Path) -> dict[str, Any]:
     return state
 
 
-class _LossLog:
+class LossLog:
     """The loss curve, appended each step and written with every checkpoint."""
 
     def __init__(self, path: Path, keep_until: int) -> None:
@@ -331,14 +331,15 @@ class _LossLog:
             lines = path.read_bytes().splitlines()
             self.rows = [r for r in map(orjson.loads, lines) if r["step"] <= keep_until]
 
-    def add(self, step: int, loss: float, rate: float) -> None:
-        self.rows.append({"step": step, "loss": round(loss, 5), "lr": rate})
+    def add(self, step: int, loss: float, rate: float, **figures: float) -> None:
+        extra = {name: round(value, 5) for name, value in figures.items()}
+        self.rows.append({"step": step, "loss": round(loss, 5), "lr": rate, **extra})
 
     def write(self, path: Path) -> None:
         path.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in self.rows))
 
 
-def _save(out, model, codec, config, optimizer, generator, step, info, log) -> None:
+def save_checkpoint(out, model, codec, config, optimizer, generator, step, info, log) -> None:
     """Write the checkpoint of `step` into a new directory, then swap it in for `out`."""
     import torch
     from transformers.utils import logging
