@@ -18,6 +18,7 @@ from trajforge.envs.swe_bench.instances import Instance, get_instance, select_in
 from trajforge.envs.swe_bench.judge import judge_patch
 from trajforge.envs.swe_bench.repos import mirror
 from trajforge.errors import UserError
+from trajforge.progress import ProgressLines
 
 app = typer.Typer(help="Real SWE-bench instances: build environments, validate, judge patches.")
 
@@ -37,24 +38,6 @@ CacheOption = Annotated[
 ]
 
 
-class Progress:
-    """One line per finished item on stderr: count, rate and time left."""
-
-    def __init__(self, total: int) -> None:
-        self.total, self.done, self.started = total, 0, time.monotonic()
-
-    def line(self, text: str) -> None:
-        self.done += 1
-        elapsed = time.monotonic() - self.started
-        left = elapsed / self.done * (self.total - self.done)
-        print(
-            f"[{self.done}/{self.total}] {text} ({elapsed / 60:.1f} min, about {left / 60:.1f} "
-            "min left)",
-            file=sys.stderr,
-            flush=True,
-        )
-
-
 @app.command("validate")
 @guarded
 def validate_command(
@@ -66,12 +49,12 @@ def validate_command(
 ) -> None:
     """Check that FAIL_TO_PASS tests fail at the base and all pass with the gold patch."""
     chosen = select_instances(repo, instance, data)
-    progress = Progress(len(chosen))
+    progress = ProgressLines("swe validate", len(chosen), "instance")
+    progress.update(0)
 
     def report(result: validation.Validation) -> None:
-        progress.line(
-            f"{result.instance_id}: {'validated' if result.validated else 'NOT validated'}"
-        )
+        verdict = "validated" if result.validated else "NOT validated"
+        progress.show(progress.done + 1, last=f"{result.instance_id} {verdict}")
 
     results = validation.validate_all(chosen, cache_dir(cache), data, report)
     if json_out:
@@ -110,11 +93,13 @@ def build_command(
 ) -> None:
     """Build (or find in the cache) the environments of the chosen instances."""
     chosen: list[Instance] = select_instances(repo, instance, data)
-    progress = Progress(len(chosen))
+    progress = ProgressLines("swe build", len(chosen), "environment")
+    progress.update(0)
     for item in chosen:
         started = time.monotonic()
         built = ensure_env(item, cache_dir(cache), data)
-        progress.line(f"{item.instance_id}: {built.folder} ({time.monotonic() - started:.1f} s)")
+        seconds = f"{time.monotonic() - started:.1f} s"
+        progress.show(progress.done + 1, last=f"{item.instance_id} {built.folder} ({seconds})")
 
 
 @app.command("judge")
