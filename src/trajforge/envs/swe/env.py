@@ -28,7 +28,7 @@ from trajforge.envs.swe.sandbox import (
     special_entries,
     workspace_files,
 )
-from trajforge.envs.tool_schema import string_tool
+from trajforge.envs.tool_schema import repository_tools
 from trajforge.errors import ToolError, UserError
 from trajforge.schema import Message, Outcome, Task, ToolCall
 
@@ -47,18 +47,7 @@ def _untimed(output: str) -> str:
     return _TIMING.sub(r"\1", output)
 
 
-TOOLS = [
-    string_tool("bash", "Run a shell command in the repository.", command="The command."),
-    string_tool("read", "Read a file of the repository.", path="Path relative to the repository."),
-    string_tool(
-        "edit",
-        "Replace the one occurrence of `old` in a file with `new`.",
-        path="Path relative to the repository.",
-        old="Exact text to replace (must occur once).",
-        new="Replacement text.",
-    ),
-    string_tool("run_tests", "Run the repository's tests."),
-]
+TOOLS = repository_tools("the repository", "Run the repository's tests.")
 
 
 class SweConfig(BaseModel):

@@ -38,7 +38,7 @@ from trajforge.envs.swe_bench.cache import cache_dir
 from trajforge.envs.swe_bench.instances import Instance, get_instance, load_instances
 from trajforge.envs.swe_bench.judge import JUDGE_SANDBOX, JudgeReport, judge_patch, test_command
 from trajforge.envs.swe_bench.testbed import Testbed
-from trajforge.envs.tool_schema import string_tool
+from trajforge.envs.tool_schema import repository_tools
 from trajforge.errors import ToolError
 from trajforge.schema import Message, Outcome, Task, ToolCall
 
@@ -64,18 +64,9 @@ SYSTEM_PROMPT = (
     "/testbed. When the fix is done, run: " + SUBMIT_COMMAND
 )
 
-TOOLS = [
-    string_tool("bash", "Run a shell command in /testbed.", command="The command."),
-    string_tool("read", "Read a file of the repository.", path="Path relative to /testbed."),
-    string_tool(
-        "edit",
-        "Replace the one occurrence of `old` in a file with `new`.",
-        path="Path relative to /testbed.",
-        old="Exact text to replace (must occur once).",
-        new="Replacement text.",
-    ),
-    string_tool("run_tests", "Run the instance's test files (as they are in the repository)."),
-]
+TOOLS = repository_tools(
+    "/testbed", "Run the instance's test files (as they are in the repository)."
+)
 
 
 class SweBenchConfig(BaseModel):
