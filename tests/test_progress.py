@@ -3,8 +3,15 @@
 from __future__ import annotations
 
 import io
+import time
 
-from trajforge.progress import EVERY_VARIABLE, ProgressLines, clock_time, default_every
+from trajforge.progress import (
+    EVERY_VARIABLE,
+    ProgressLines,
+    clock_time,
+    default_every,
+    heartbeat,
+)
 
 
 class FakeClock:
@@ -74,3 +81,23 @@ def test_unknown_totals_and_the_interval_variable(monkeypatch) -> None:
     monkeypatch.setenv(EVERY_VARIABLE, "often")
     assert default_every() == 15.0
     assert clock_time(3723) == "1:02:03" and clock_time(65) == "1:05"
+
+
+def test_heartbeat_reports_work_without_a_count_until_it_ends() -> None:
+    stream = io.StringIO()
+    with heartbeat("fork", "continuing", every=0.05, stream=stream) as now:
+        time.sleep(0.3)
+        now("storing")
+        time.sleep(0.3)
+    lines = _lines(stream)
+    assert lines[0].startswith("fork: continuing, 0:00 elapsed")
+    assert lines[-1].startswith("fork: storing, 0:00 elapsed")
+    time.sleep(0.2)
+    assert _lines(stream) == lines  # nothing once the work has ended
+
+
+def test_a_fast_block_prints_no_heartbeat() -> None:
+    stream = io.StringIO()
+    with heartbeat("export", every=30, stream=stream):
+        pass
+    assert stream.getvalue() == ""

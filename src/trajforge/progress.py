@@ -10,6 +10,10 @@ how fast it goes and when it will end, and a fast command prints nothing. `finis
 last line when earlier ones were printed. Rates and the ETA are measured from the first update
 on (so neither start-up time nor the steps a resumed run had done before count).
 
+Work that has no count to report (one fork, one judged patch, one export) runs inside
+`heartbeat(label)`: a background thread prints `label: <what>, 1:15 elapsed` every `every`
+seconds until the work ends, so it too shows it is alive.
+
 `every` defaults to 15 seconds; the environment variable `TRAJFORGE_PROGRESS_EVERY` sets it
 (0: a line at every update).
 """
@@ -18,8 +22,10 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from typing import TextIO, TypeVar
 
 T = TypeVar("T")
@@ -140,6 +146,33 @@ class ProgressLines:
             return f"{self.unit} {self.done}"
         share = f" ({self.done / self.total:.0%})" if self.total else ""
         return f"{self.unit} {self.done}/{self.total}{share}"
+
+
+@contextmanager
+def heartbeat(
+    label: str, what: str = "working", *, every: float | None = None, stream: TextIO | None = None
+) -> Iterator[Callable[[str], None]]:
+    """Lines `label: <what>, <elapsed> elapsed` every `every` seconds while the block runs
+    (none when it is fast); the yielded function names what is being done now."""
+    interval = default_every() if every is None else every
+    state = {"what": what}
+    done = threading.Event()
+    began = time.monotonic()
+
+    def beat() -> None:
+        while not done.wait(max(interval, 0.05)):
+            elapsed = clock_time(time.monotonic() - began)
+            out = stream or sys.stderr
+            out.write(f"{label}: {state['what']}, {elapsed} elapsed\n")
+            out.flush()
+
+    thread = threading.Thread(target=beat, name=f"heartbeat {label}", daemon=True)
+    thread.start()
+    try:
+        yield lambda now: state.update(what=now)
+    finally:
+        done.set()
+        thread.join()
 
 
 def _number(value: float) -> str:

@@ -15,7 +15,7 @@ from trajforge.cli.options import Endpoint, RunFilter, StrategyFlags, UserOption
 from trajforge.envs.replay import ReplaySummary, replay_many, state_at
 from trajforge.errors import UserError
 from trajforge.models.retry import model_failure, require_an_answer
-from trajforge.progress import ProgressLines
+from trajforge.progress import ProgressLines, heartbeat
 from trajforge.rollout.episode import Limits
 from trajforge.rollout.factory import AgentSpec, ForkPoint, UserKind, build
 from trajforge.rollout.fork import ForkOptions, check_fork_index, fork, fork_summary
@@ -155,7 +155,8 @@ def fork_command(
         spec = spec.model_copy(update={"options": guided})
         policy_obj, chosen_user = build(spec, agents.seed, ForkPoint(parent, at))
         options = ForkOptions(limits=agents.limits())
-        child = fork(parent, at, policy_obj, user=chosen_user, options=options)
+        with heartbeat("fork", f"continuing {parent.id[:12]} from message {at} with {policy}"):
+            child = fork(parent, at, policy_obj, user=chosen_user, options=options)
         with store.transaction():
             store.add(child)
     summary = fork_summary(child)

@@ -14,6 +14,7 @@ from trajforge.cli.options import Offer, RunFilter, option_sets
 from trajforge.export import EXPORTERS, export
 from trajforge.export.registry import WRITTEN, written_files
 from trajforge.outputs import check_output_path
+from trajforge.progress import heartbeat
 from trajforge.schema import json_schema
 from trajforge.store import default_db_path
 from trajforge.store.stats import compute_stats
@@ -117,7 +118,7 @@ def export_command(
     EXPORTERS.get(fmt)  # fail on an unknown format before reading
     if not out.is_dir():  # a folder is for formats that write one file per run
         check_output_path(out, protected=[db or default_db_path()])
-    with open_store(db) as store:
+    with open_store(db) as store, heartbeat("export", f"writing {out} ({fmt})"):
         count = export(fmt, store, out, runs.selection())
     files = ", ".join(str(path) for path in written_files(fmt, out))
     console.print(f"wrote {count} {WRITTEN.get(fmt, 'trajectories')} to {files} ({fmt})")

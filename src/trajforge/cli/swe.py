@@ -18,7 +18,7 @@ from trajforge.envs.swe_bench.instances import Instance, get_instance, select_in
 from trajforge.envs.swe_bench.judge import judge_patch
 from trajforge.envs.swe_bench.repos import mirror
 from trajforge.errors import UserError
-from trajforge.progress import ProgressLines
+from trajforge.progress import ProgressLines, heartbeat
 
 app = typer.Typer(help="Real SWE-bench instances: build environments, validate, judge patches.")
 
@@ -118,7 +118,10 @@ def judge_command(
     item = get_instance(instance_id, data)
     text = item.patch if patch is None else _read_patch(patch)
     folder = cache_dir(cache)
-    report = judge_patch(item, ensure_env(item, folder, data), mirror(item, folder, data), text)
+    with heartbeat("swe judge", f"building or finding the environment of {instance_id}") as now:
+        built = ensure_env(item, folder, data)
+        now(f"running the tests of {instance_id}")
+        report = judge_patch(item, built, mirror(item, folder, data), text)
     if json_out:
         print_json(report.model_dump())
         return
