@@ -9,6 +9,7 @@ from rich.table import Table
 
 from trajforge.cli.common import DbOption, JsonOption, console, guarded, open_store, print_json
 from trajforge.cli.options import Endpoint, RunFilter, option_sets
+from trajforge.progress import heartbeat
 from trajforge.schema import Strategy, StrategySupport
 
 app = typer.Typer(
@@ -62,7 +63,7 @@ def _distil(db, runs, family, sources, endpoint, held_out, min_each, no_save, js
 
         model = OpenAICompatibleModel(endpoint.model_config())
     config = DistilConfig(family=family, held_out=held_out, min_each=min_each)
-    with open_store(db) as store:
+    with open_store(db) as store, heartbeat("strategies distil", f"distilling {family}"):
         outcome = distil_store(
             store, runs.selection(), proposers(sources, model), config, save=not no_save
         )
@@ -195,7 +196,7 @@ def _retrieve(db, env, tasks, k, kind, json_out) -> None:
     from trajforge.strategies.run import retrieve_for
 
     selected = select_tasks(env, tasks)
-    with open_store(db) as store:
+    with open_store(db) as store, heartbeat("strategies retrieve", f"{kind} retrieval"):
         found = {task.id: retrieve_for(store, task, k, kind) for task in selected}
     if json_out:
         print_json(
