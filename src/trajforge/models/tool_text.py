@@ -80,7 +80,8 @@ def call_text(call: dict) -> str:
     return f"{CALL_OPEN}{body}{CALL_CLOSE}"
 
 
-def _text(content: Any) -> str:
+def text_of(content: Any) -> str:
+    """A message content's text: a string as it is, text parts joined by spaces."""
     if content is None:
         return ""
     if isinstance(content, str):
@@ -90,7 +91,7 @@ def _text(content: Any) -> str:
 
 def assistant_text(message: dict) -> str:
     """An assistant message's text with its tool calls written out."""
-    parts = [_text(message.get("content")).strip()]
+    parts = [text_of(message.get("content")).strip()]
     parts += [call_text(call) for call in message.get("tool_calls") or []]
     return "\n".join(p for p in parts if p)
 
@@ -100,7 +101,7 @@ def render_messages(messages: Sequence[dict], tools: Sequence[dict]) -> list[dic
     plain: list[dict[str, str]] = []
     for message in messages:
         role = str(message.get("role", "user"))
-        text = assistant_text(message) if role == "assistant" else _text(message.get("content"))
+        text = assistant_text(message) if role == "assistant" else text_of(message.get("content"))
         plain.append({"role": role, "content": text})
     if tools:
         block = tools_block(tools)

@@ -32,6 +32,7 @@ from typing import Any, Literal, Protocol
 import orjson
 
 from trajforge.models import tool_text
+from trajforge.models.tool_text import text_of
 
 SPECIALS = (
     "<|pad|>",
@@ -78,14 +79,6 @@ class Codec(Protocol):
     def to_json(self) -> dict[str, Any]:
         """What a checkpoint's manifest stores to rebuild (and identify) the codec."""
         ...
-
-
-def text_of(content: Any) -> str:
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    return " ".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
 
 
 def learned(message: dict) -> bool:
