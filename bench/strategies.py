@@ -64,6 +64,15 @@ from trajforge.strategies.retrieve import RETRIEVERS, Retriever, task_query
 from trajforge.web.compare import wilson
 
 RESULTS = Path(__file__).parent / "results" / "strategies.json"
+CHECKOUT = Path(__file__).resolve().parent.parent
+
+
+def _shown(path: Path) -> str:
+    """A path as the result file records it: relative to the checkout when inside it."""
+    resolved = path.resolve()
+    return str(resolved.relative_to(CHECKOUT)) if resolved.is_relative_to(CHECKOUT) else str(path)
+
+
 OBJECTS_A = frozenset(sorted(OBJECT_PROPERTIES)[: len(OBJECT_PROPERTIES) // 2])
 STEPS = {2: 25, 3: 50}
 EVAL_SEED_BASE = 500_000
@@ -284,7 +293,7 @@ def main(argv: list[str] | None = None) -> None:
     everything = [s for report in [*household.values(), *tau.values()] for s in report.kept()]
     result = {
         "command": "python bench/strategies.py " + " ".join(argv or sys.argv[1:]),
-        "settings": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+        "settings": {k: _shown(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
         "policy": "noisy observable household teacher reading order hints (scripted)",
         "object_set_a": sorted(OBJECTS_A),
         "steps": {str(d): steps for d, steps in STEPS.items()},
