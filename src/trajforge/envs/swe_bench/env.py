@@ -31,6 +31,7 @@ import orjson
 from pydantic import BaseModel, Field
 
 from trajforge.envs.base import EnvironmentBase, StepResult
+from trajforge.envs.swe.files import edit_file, read_file
 from trajforge.envs.swe.sandbox import SandboxConfig
 from trajforge.envs.swe_bench import repos
 from trajforge.envs.swe_bench.build import BuiltEnv, ensure_env
@@ -331,21 +332,10 @@ class SweBenchEnv(EnvironmentBase):
         return path
 
     def _read(self, args: dict) -> StepResult:
-        path = self._inside(args.get("path"))
-        if not path.is_file():
-            raise ToolError(f"no file '{args.get('path')}'")
-        return StepResult(content=path.read_text(errors="replace"))
+        return read_file(self._inside(args.get("path")), args)
 
     def _edit(self, args: dict) -> StepResult:
-        path = self._inside(args.get("path"))
-        old, new = args.get("old"), args.get("new")
-        if not isinstance(old, str) or not isinstance(new, str) or not path.is_file():
-            raise ToolError("edit needs an existing 'path' and text 'old' and 'new'")
-        text = path.read_text()
-        if text.count(old) != 1:
-            raise ToolError(f"'old' occurs {text.count(old)} times in {args['path']}; need 1")
-        path.write_text(text.replace(old, new, 1))
-        return StepResult(content=f"Edited {args['path']}.")
+        return edit_file(self._inside(args.get("path")), args)
 
     def _run_tests(self) -> StepResult:
         result = self.testbed.run(test_command(self.testbed.instance), self.config.judge)
