@@ -36,6 +36,7 @@ from pydantic import BaseModel, Field
 from trajforge.models.mock_answers import Answer, chat_body, chat_chunks
 from trajforge.models.tool_text import CALL_OPEN
 from trajforge.openai_wire import error_body
+from trajforge.serve.prefix_cache import DEFAULT_TOKENS, PrefixCache
 from trajforge.serve.request import MAX_BODY_BYTES, BadRequest, ChatRequest, parse_chat_request
 from trajforge.serve.student import Student, answer_message, finish_reason
 
@@ -52,6 +53,12 @@ class ServeConfig(BaseModel):
     )
     max_body_bytes: int = Field(
         default=MAX_BODY_BYTES, ge=1024, description="Larger request bodies get a 413."
+    )
+    prefix_cache_tokens: int = Field(
+        default=DEFAULT_TOKENS,
+        ge=0,
+        description="Tokens of served sequences whose key/value states are kept for reuse by "
+        "later requests that extend them (0: no prefix cache).",
     )
 
 
@@ -101,8 +108,8 @@ class StudentApp:
     """The ASGI app and its batching loop."""
 
     def __init__(self, student: Student, config: ServeConfig | None = None) -> None:
-        self.student = student
         self.config = config or ServeConfig()
+        self.use(student)
         self.max_batch = self.config.max_batch
         self.max_wait_s = self.config.max_wait_ms / 1000
         self.batches: list[int] = []
@@ -113,6 +120,13 @@ class StudentApp:
         self.app.post("/v1/chat/completions")(self.chat_completions)
         self.app.get("/v1/models")(self.models)
         self._add_error_handlers()
+
+    def use(self, student: Student) -> None:
+        """Serve `student` from now on, with an empty prefix cache (the cached states are
+        those of the weights that computed them; a batch still running keeps its own)."""
+        self.student = student
+        size = self.config.prefix_cache_tokens
+        self.prefix_cache = PrefixCache(size) if size else None
 
     def _add_error_handlers(self) -> None:
         async def bad_request(request: Request, exc: Exception) -> Response:
@@ -194,8 +208,9 @@ class StudentApp:
     async def _run(self, items: list[_Pending], temperature: float, max_tokens: int) -> None:
         self.batches.append(len(items))
         seed = items[0].request.seed or next(self._ids)
+        student, cache = self.student, self.prefix_cache
         generated = await asyncio.to_thread(
-            self.student.generate, [i.prompt for i in items], max_tokens, temperature, seed
+            student.generate, [i.prompt for i in items], max_tokens, temperature, seed, cache
         )
         for item, gen in zip(items, generated, strict=True):
             if not item.future.done():  # a client that hung up has cancelled its future
@@ -216,6 +231,7 @@ class StudentApp:
             logprobs=gen.logprobs,
             pieces=pieces,
             content_tokens=_content_tokens(pieces, codec.pieces([codec.eos_id])[0]),
+            cached_tokens=gen.cached_tokens,
         )
 
 
