@@ -11,7 +11,8 @@ file or Hugging Face directory is loaded the same way, with its own tokenizer an
 `Student.generate(prompts)` decodes a whole batch in lock-step: prompts are left-padded, one
 forward pass per new token over the batch with a key/value cache. That single call serves
 concurrent HTTP requests (`trajforge serve`) and the batched evaluator alike, so what is
-measured is what is served.
+measured is what is served. Given a `PrefixCache`, each row starts from the cached states of
+its prompt's longest served prefix and only the rest is fed (`_Batch.reusing`).
 """
 
 from __future__ import annotations
