@@ -48,7 +48,7 @@ class Generated:
     logprobs: list[float]
     finish_reason: str
     cached_tokens: int = 0
-    """Prompt tokens whose states came from the prefix cache."""
+    """Prompt tokens whose states were reused (the prefix cache's, or a `DecodeSession`'s)."""
 
 
 def read_manifest(path: Path) -> dict[str, Any]:
@@ -427,7 +427,8 @@ class DecodeSession:
             logprobs = self.batch.feed(segments)
             self.fed = [list(p) for p in rows]
             tokens, scores = _sample_loop(self.batch, logprobs, self.fed, sampling)
-        return _results(rows, tokens, scores, self.student.codec.eos_id, [0] * len(rows))
+        reused = [len(p) - len(s) for p, s in zip(rows, segments, strict=True)]
+        return _results(rows, tokens, scores, self.student.codec.eos_id, reused)
 
     def _extends(self, prompts: list[list[int]], room: int) -> bool:
         if len(prompts) != len(self.fed):
