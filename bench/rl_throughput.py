@@ -188,6 +188,14 @@ def breakdown(rows: dict[str, dict]) -> list[str]:
     return lines
 
 
+def _shown(value: object) -> object:
+    """A setting as the result file records it: a path by its name when it is absolute (the
+    file describes the run, not the machine)."""
+    if isinstance(value, Path):
+        return value.name if value.is_absolute() else str(value)
+    return value
+
+
 def parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--base", type=Path, help="A train sft checkpoint (default: train one).")
@@ -217,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
     ratio = rows["new"]["episodes_per_s"] / rows["today"]["episodes_per_s"]
     result = {
         "command": "python bench/rl_throughput.py " + " ".join(given),
-        "settings": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+        "settings": {k: _shown(v) for k, v in vars(args).items()},
         "matmul_flops_per_s": round(rate),
         "load_average": [round(x, 2) for x in os.getloadavg()],
         "paths": rows,
