@@ -38,6 +38,7 @@ _COLUMNS = (
     "prompt_tokens, completion_tokens, n_labels, n_faults, episode_key, episode_env, "
     "termination_reason, created_at, doc"
 )
+_SEARCH_TEXT = "(SELECT body FROM run_search WHERE run_search.rowid = trajectories.rowid)"
 _N_ROW_VALUES = len(_COLUMNS.split(",")) - 2  # all but created_at and doc
 
 
@@ -503,12 +504,14 @@ class Store:
         max_rows: int = 500,
         max_bytes: int = 4_000_000,
     ) -> Iterator[list[tuple]]:
-        """Values of stored columns (`doc`: the document's JSON bytes), in batches of at most
-        `max_rows` rows or about `max_bytes` of documents, so memory stays bounded."""
-        unknown = set(columns) - set(_COLUMNS.replace(" ", "").split(","))
+        """Values of stored columns (`doc`: the document's JSON bytes; `search_text`: the text
+        the full-text index holds for the run), in batches of at most `max_rows` rows or about
+        `max_bytes` of documents, so memory stays bounded."""
+        unknown = set(columns) - set(_COLUMNS.replace(" ", "").split(",")) - {"search_text"}
         if unknown:
             raise ValueError(f"unknown trajectory columns: {sorted(unknown)}")
-        sql, params = self._select(", ".join(columns), flt)
+        fields = [_SEARCH_TEXT if column == "search_text" else column for column in columns]
+        sql, params = self._select(", ".join(fields), flt)
         batch: list[tuple] = []
         size = 0
         doc_at = columns.index("doc") if "doc" in columns else None
