@@ -9,8 +9,9 @@ file per copy (about 100 MB each; 100x is about 10 GB, written once into the tem
 and reused by the smaller scales). At each scale the copies are imported into a fresh store
 with `trajforge import`, then every command runs as a whole process: `ls`, `ls --json`, a
 filtered `ls`, two full-text searches (`ls --search`, a common word and a rare phrase),
-`stats`, `show`, `export` to JSONL, to one Parquet file and to Parquet shards, and `ls`,
-`stats` and a search read from the shards (`--parquet DIR`, DuckDB). The web UI (`trajforge
+`stats`, `show` (of the same run at every scale), `export` to JSONL and to Parquet (shards
+of 20,000 runs; one file with `--against`'s older tree), and `ls`, `stats` and the searches
+read from the shards (`--parquet DIR`, DuckDB). The web UI (`trajforge
 ui`, a real server on loopback) serves its first page and a search.
 
 Each measure has its yardstick, measured in the same run on the same store:
@@ -25,8 +26,8 @@ Each measure has its yardstick, measured in the same run on the same store:
 - the web pages: the SQL statements the page runs (`page_statements`);
 - the Parquet-backed commands: the same commands on the SQLite store.
 
-Medians of `--repeat` runs (default 3) at scales up to 10, of `--repeat-large` (default 1)
-above. Progress lines go to stderr. `--against SRC` runs the commands with a second source
+Medians of `--repeat` runs (default 3) at scales below 10x, of `--repeat-large` (default 1)
+from 10x. Progress lines go to stderr. `--against SRC` runs the commands with a second source
 tree (for example an older checkout's `src`) on its own store, and prints new / old per row.
 """
 
@@ -265,8 +266,7 @@ def cli_commands(shards: Path) -> dict[str, list[str]]:
         "stats": ["stats"],
         "show": ["show", "SOME_ID"],
         "export jsonl": ["export", "-f", "jsonl", "-o", "OUT.jsonl"],
-        "export parquet": ["export", "-f", "parquet", "-o", "OUT.parquet"],
-        "export parquet shards": [
+        "export parquet": [
             "export", "-f", "parquet", "--shard-rows", str(SHARD_ROWS), "-o", str(shards),
         ],
     }  # fmt: skip
@@ -318,8 +318,9 @@ def measure_commands(trees: list[Tree], dbs: dict[str, Path], repeat: int, some_
             shards = str(tree.work / "shards")
             argv = [a.replace(str(trees[0].work / "shards"), shards) for a in args]
             argv = [*_command_argv(argv, tree, some_id), "--db", str(dbs[tree.name])]
-            if name == "export parquet shards" and tree is not trees[0]:
-                continue  # older trees may not have the option
+            if name == "export parquet" and tree is not trees[0]:
+                argv = [a for a in argv if a not in ("--shard-rows", str(SHARD_ROWS))]
+                argv[argv.index("-o") + 1] = str(tree.work / "out.parquet")  # one file
             results.setdefault(name, {})[tree.name] = _median_runs(
                 lambda t=tree, a=argv: _run_fresh(t, a), repeat
             )
@@ -453,9 +454,14 @@ def measure_scale(trees: list[Tree], files: list[Path], repeat: int, last: bool)
 
 
 def _first_id(db: Path) -> str:
-    """The id of the first stored run (what `show` reads)."""
-    with Store(db) as store:
-        return store.rows(TrajectoryFilter(limit=1))[0].id
+    """The run `show` reads: the same one at every scale (copy 1's tau-bench run with the
+    smallest id; copy 1 is the same file at every scale, so its runs keep their ids)."""
+    connection = sqlite3.connect(db)
+    try:
+        sql = "SELECT min(id) FROM trajectories WHERE harness = 'tau-bench' AND run LIKE '%~copy1'"
+        return connection.execute(sql).fetchone()[0]
+    finally:
+        connection.close()
 
 
 def ratios(report: dict, tree: str) -> dict[str, float]:
@@ -465,7 +471,7 @@ def ratios(report: dict, tree: str) -> dict[str, float]:
     found = {name: wall[name] / raw[name] for name in raw if name in wall and raw[name] > 0}
     found["ls / ls --json"] = wall["ls"] / wall["ls --json"]
     copy = report["copy_store_file_s"]
-    for name in ("export jsonl", "export parquet", "export parquet shards"):
+    for name in ("export jsonl", "export parquet"):
         if name in wall:
             found[f"{name} / copy of the store file"] = wall[name] / copy
     for name in PARQUET_COMMANDS:
@@ -520,8 +526,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("data", nargs="?", help="folder of runs (default: ../shared/data)")
     parser.add_argument("--scales", default="1,10,30", help="copies to measure, comma-separated")
-    parser.add_argument("--repeat", type=int, default=3, help="runs per command up to 10x")
-    parser.add_argument("--repeat-large", type=int, default=1, help="runs per command above 10x")
+    parser.add_argument("--repeat", type=int, default=3, help="runs per command below 10x")
+    parser.add_argument("--repeat-large", type=int, default=1, help="runs per command from 10x")
     parser.add_argument("--against", type=Path, help="a second source tree to compare with")
     parser.add_argument("--json", action="store_true", help="also print all results as JSON")
     parser.add_argument("--out", type=Path, help="write the JSON results to this file")
@@ -550,7 +556,7 @@ def run_scales(work: Path, data: Path, scales: list[int], args: argparse.Namespa
     for scale in scales:
         progress(f"scale {scale}x: writing copies")
         files = write_copies(templates, scale, work)
-        repeat = args.repeat if scale <= 10 else args.repeat_large
+        repeat = args.repeat if scale < 10 else args.repeat_large
         result = measure_scale(trees, files, repeat, last=scale == max(scales))
         result["runs"] = len(templates) * scale
         result["ratios"] = ratios(result, trees[0].name)
