@@ -149,3 +149,20 @@ def test_cli_ls_and_stats_read_the_shards(stores, tmp_path: Path) -> None:
         from_store = json.loads(_cli(*args, "--db", str(store.path)))
         assert json.loads(_cli(*args, "--parquet", str(shards))) == from_store
         assert from_store
+
+
+def test_a_failed_export_leaves_the_old_shards(stores, tmp_path: Path, monkeypatch) -> None:
+    store, _, _ = stores
+    out = tmp_path / "kept"
+    export("parquet", store, out, shard_rows=100)
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+
+    def broken(*args, **kwargs):
+        yield from Store.column_batches(store, *args, **kwargs, max_rows=50)
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(store, "column_batches", broken)
+    with pytest.raises(UserError, match="cannot write"):
+        export("parquet", store, out, shard_rows=10)
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert [p.name for p in tmp_path.iterdir()] == ["kept"]
