@@ -535,12 +535,18 @@ def main() -> None:
     scales = [int(s) for s in args.scales.split(",")]
     with tempfile.TemporaryDirectory(prefix="store-scale-") as tmp:
         report = run_scales(Path(tmp), data_dir(args.data), scales, args)
-    summary = {"command": " ".join(sys.argv), "scales": report, "import_flatness": flatness(report)}
+    summary = {"command": command_line(), "scales": report, "import_flatness": flatness(report)}
     print(f"\nimport s per GB by scale: {summary['import_flatness']}")
     if args.out:
         args.out.write_text(json.dumps(summary, indent=1) + "\n")
     if args.json:
         print(json.dumps(summary, indent=1))
+
+
+def command_line() -> str:
+    """This run's command, paths inside the checkout relative to it."""
+    words = [sys.executable.rsplit("/", 1)[-1], *sys.argv]
+    return " ".join(os.path.relpath(w, REPO) if w.startswith(str(REPO)) else w for w in words)
 
 
 def run_scales(work: Path, data: Path, scales: list[int], args: argparse.Namespace) -> dict:
@@ -564,7 +570,7 @@ def run_scales(work: Path, data: Path, scales: list[int], args: argparse.Namespa
         sys.stdout.flush()
         report[str(scale)] = result
         if args.out:  # what has finished so far, in case a later scale does not
-            partial = {"command": " ".join(sys.argv), "scales": report, "partial": True}
+            partial = {"command": command_line(), "scales": report, "partial": True}
             args.out.write_text(json.dumps(partial, indent=1) + "\n")
     return report
 
