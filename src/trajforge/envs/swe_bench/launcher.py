@@ -22,7 +22,6 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-import trajforge
 from trajforge.envs.swe.sandbox import Layout, SandboxConfig, run_sandboxed
 
 REFUSED = 126
@@ -49,7 +48,7 @@ def write_spec(path: Path, workspace: Path, layout: Layout, config: SandboxConfi
 def launch_args(spec: Path) -> list[str]:
     """`wrapper_args` for mini-swe-agent: run `main` with `spec` in a Python that can import
     this copy of trajforge (without changing the harness's own `sys.path`)."""
-    root = str(Path(trajforge.__file__).resolve().parent.parent)
+    root = str(Path(__file__).resolve().parents[3])  # the folder holding `trajforge`
     boot = (
         f"import sys; sys.path.insert(0, {root!r}); "
         "from trajforge.envs.swe_bench.launcher import main; sys.exit(main(sys.argv[1:]))"
