@@ -40,6 +40,7 @@ from trajforge.errors import UserError
 from trajforge.proxy.config import ProxyConfig
 from trajforge.proxy.outcomes import session_trajectory
 from trajforge.proxy.server import ProxyServer
+from trajforge.proxy.session import trajectory_id
 from trajforge.schema import Outcome, Trajectory, compact_llm_calls
 from trajforge.store import Store
 
@@ -109,6 +110,7 @@ def run_mini_swe_agent(
     executable = find_executable(run.executable)
     instance = get_instance(instance_id, (env_config or SweBenchConfig()).data)
     session = run.session or f"{instance_id}-{uuid.uuid4().hex[:8]}"
+    _require_new_session(db, session)
     env = SweBenchEnv(env_config)
     folder = Path(tempfile.mkdtemp(prefix="mini-swe-agent-"))
     try:
@@ -122,9 +124,10 @@ def run_mini_swe_agent(
             started = time.monotonic()
             timed_out = _run_process([str(executable), *argv], folder, run.time_limit_s)
             agent_seconds = round(time.monotonic() - started, 1)
+        harness = _harness_info(folder, run, timed_out, agent_seconds, executable)
+        _require_calls(db, session, harness)
         report(f"judging the worktree of {instance_id}")
         judged = env.judge(env.diff())
-        harness = _harness_info(folder, run, timed_out, agent_seconds, executable)
         traj = _store_run(db, session, instance, judged, harness)
     finally:
         env.close()
@@ -251,19 +254,30 @@ def _harness_info(
     return harness
 
 
+def _require_new_session(db: str | Path, session: str) -> None:
+    """A run's calls must not be appended to an earlier session of the same name."""
+    if not Path(db).exists():
+        return
+    with Store(db) as store:
+        if store.outcome(trajectory_id(session)) is not None:
+            raise UserError(f"session '{session}' is already recorded in {db}: pick another")
+
+
+def _require_calls(db: str | Path, session: str, harness: dict) -> None:
+    """An error with the harness's log when it never called the model."""
+    with Store(db) as store:
+        if store.outcome(trajectory_id(session)) is None:
+            tail = harness.get("log_tail") or harness["exit_status"]
+            raise UserError(f"mini-swe-agent made no model call in session {session}: {tail}")
+
+
 def _store_run(
     db: str | Path, session: str, instance: Instance, judged: JudgeReport, harness: dict
 ) -> Trajectory:
     """The proxy's session trajectory with the instance as its task and the verdict as its
-    outcome; an error with the harness's log when it never called the model."""
+    outcome."""
     with Store(db) as store, store.transaction():
-        try:
-            traj = session_trajectory(store, session)
-        except UserError:
-            tail = harness.get("log_tail") or harness["exit_status"]
-            raise UserError(
-                f"mini-swe-agent made no model call in session {session}: {tail}"
-            ) from None
+        traj = session_trajectory(store, session)
         outcome = Outcome.model_validate(
             {
                 "success": judged.resolved,
