@@ -26,6 +26,7 @@ INSTANCES = ["psf__requests-5414", "psf__requests-6028"]
 
 pytestmark = [
     pytest.mark.slow,
+    pytest.mark.timeout(900),  # a cold build from PyPI and a Ray start; a guard, not a goal
     pytest.mark.skipif("bwrap" not in available_backends(), reason="needs bubblewrap"),
 ]
 

@@ -22,6 +22,7 @@ INSTANCE = "psf__requests-6028"
 
 pytestmark = [
     pytest.mark.slow,
+    pytest.mark.timeout(900),  # a cold build from PyPI when it runs alone; a guard, not a goal
     pytest.mark.skipif("bwrap" not in available_backends(), reason="needs bubblewrap"),
 ]
 
