@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
 from typing import Annotated
 
@@ -19,11 +18,10 @@ from trajforge.cli.common import (
     print_json,
 )
 from trajforge.envs.swe_bench import validate as validation
-from trajforge.envs.swe_bench.build import ensure_env
+from trajforge.envs.swe_bench.build import build_all
 from trajforge.envs.swe_bench.cache import cache_dir
 from trajforge.envs.swe_bench.instances import Instance, get_instance, select_instances
-from trajforge.envs.swe_bench.judge import judge_patch
-from trajforge.envs.swe_bench.repos import mirror
+from trajforge.envs.swe_bench.judge import JudgeJob, judge_all
 from trajforge.errors import UserError
 from trajforge.progress import ProgressLines, heartbeat
 from trajforge.store import default_db_path
@@ -46,6 +44,12 @@ CacheOption = Annotated[
     Path | None,
     typer.Option("--cache", envvar="TRAJFORGE_SWE_BENCH_CACHE", help="Build cache folder."),
 ]
+BackendOption = Annotated[
+    str, typer.Option("--backend", help="Where builds and tests run: local or ray.")
+]
+ConcurrencyOption = Annotated[
+    int, typer.Option("--concurrency", min=1, help="Ray tasks at a time (ray backend).")
+]
 
 
 @app.command("validate")
@@ -55,6 +59,8 @@ def validate_command(
     instance: InstanceOption = None,
     data: DataOption = None,
     cache: CacheOption = None,
+    backend: BackendOption = "local",
+    concurrency: ConcurrencyOption = 1,
     json_out: JsonOption = False,
 ) -> None:
     """Check that FAIL_TO_PASS tests fail at the base and all pass with the gold patch."""
@@ -66,7 +72,7 @@ def validate_command(
         verdict = "validated" if result.validated else "NOT validated"
         progress.show(progress.done + 1, last=f"{result.instance_id} {verdict}")
 
-    results = validation.validate_all(chosen, cache_dir(cache), data, report)
+    results = validation.validate_all(chosen, cache_dir(cache), data, report, backend, concurrency)
     if json_out:
         print_json(
             {
@@ -100,16 +106,23 @@ def build_command(
     instance: InstanceOption = None,
     data: DataOption = None,
     cache: CacheOption = None,
+    backend: BackendOption = "local",
+    concurrency: ConcurrencyOption = 1,
+    json_out: JsonOption = False,
 ) -> None:
     """Build (or find in the cache) the environments of the chosen instances."""
     chosen: list[Instance] = select_instances(repo, instance, data)
     progress = ProgressLines("swe build", len(chosen), "environment")
     progress.update(0)
-    for item in chosen:
-        started = time.monotonic()
-        built = ensure_env(item, cache_dir(cache), data)
-        seconds = f"{time.monotonic() - started:.1f} s"
-        progress.show(progress.done + 1, last=f"{item.instance_id} {built.folder} ({seconds})")
+    results = []
+    for built in build_all(chosen, cache_dir(cache), data, backend, concurrency):
+        results.append(built)
+        how = "built" if built.built_here else "found"
+        progress.show(
+            progress.done + 1, last=f"{built.instance_id} {how} {built.folder} ({built.seconds} s)"
+        )
+    if json_out:
+        print_json([r.model_dump(mode="json") for r in results])
 
 
 @app.command("judge")
@@ -122,16 +135,15 @@ def judge_command(
     ] = None,
     data: DataOption = None,
     cache: CacheOption = None,
+    backend: BackendOption = "local",
     json_out: JsonOption = False,
 ) -> None:
     """Judge a patch as the SWE-bench harness does."""
     item = get_instance(instance_id, data)
-    text = item.patch if patch is None else _read_patch(patch)
-    folder = cache_dir(cache)
-    with heartbeat("swe judge", f"building or finding the environment of {instance_id}") as now:
-        built = ensure_env(item, folder, data)
-        now(f"running the tests of {instance_id}")
-        report = judge_patch(item, built, mirror(item, folder, data), text)
+    job = JudgeJob(instance=item, patch=item.patch if patch is None else _read_patch(patch))
+    what = f"building or finding the environment of {instance_id}, then running its tests"
+    with heartbeat("swe judge", f"{what} ({backend})"):
+        [(_, report)] = judge_all([job], cache_dir(cache), data, backend)
     if json_out:
         print_json(report.model_dump())
         return
