@@ -22,7 +22,7 @@ from trajforge.cli.common import (
 from trajforge.cli.options import Endpoint, Offer, RunFilter, StrategyFlags, option_sets
 from trajforge.errors import UserError
 from trajforge.progress import ProgressLines
-from trajforge.serve.request import MAX_BODY_BYTES
+from trajforge.serve.request import DEFAULT_MAX_TOKENS, MAX_BODY_BYTES
 
 if TYPE_CHECKING:
     from trajforge.train.sft import StepDone
@@ -169,6 +169,15 @@ def serve_command(
     max_body_mb: Annotated[
         float, typer.Option("--max-body-mb", min=0.01, help="Larger request bodies get a 413.")
     ] = MAX_BODY_BYTES / 2**20,
+    max_tokens: Annotated[
+        int,
+        typer.Option(
+            "--max-tokens",
+            min=1,
+            help="New tokens for a request that sets no limit (a request's own limit is capped "
+            "at 8 times this).",
+        ),
+    ] = DEFAULT_MAX_TOKENS,
     reload_token: Annotated[
         str | None,
         typer.Option(
@@ -187,7 +196,10 @@ def serve_command(
     from trajforge.serve.student import Student
 
     config = ServeConfig(
-        max_batch=max_batch, max_wait_ms=max_wait_ms, max_body_bytes=int(max_body_mb * 2**20)
+        max_batch=max_batch,
+        max_wait_ms=max_wait_ms,
+        max_body_bytes=int(max_body_mb * 2**20),
+        max_tokens=max_tokens,
     )
     app = StudentApp(Student(checkpoint), config)
     add_reload_route(app, reload_token or None)

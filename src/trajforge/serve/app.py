@@ -36,10 +36,15 @@ from pydantic import BaseModel, Field
 from trajforge.models.mock_answers import Answer, chat_body, chat_chunks
 from trajforge.models.tool_text import CALL_OPEN
 from trajforge.openai_wire import error_body
-from trajforge.serve.request import MAX_BODY_BYTES, BadRequest, ChatRequest, parse_chat_request
+from trajforge.serve.request import (
+    DEFAULT_MAX_TOKENS,
+    MAX_BODY_BYTES,
+    BadRequest,
+    ChatRequest,
+    parse_chat_request,
+)
 from trajforge.serve.student import Student, answer_message, finish_reason
 
-DEFAULT_MAX_TOKENS = 48
 log = logging.getLogger(__name__)
 
 
@@ -52,6 +57,12 @@ class ServeConfig(BaseModel):
     )
     max_body_bytes: int = Field(
         default=MAX_BODY_BYTES, ge=1024, description="Larger request bodies get a 413."
+    )
+    max_tokens: int = Field(
+        default=DEFAULT_MAX_TOKENS,
+        ge=1,
+        description="New tokens for a request that sets no limit; a request's own limit is "
+        "capped at 8 times this.",
     )
 
 
@@ -74,13 +85,16 @@ class _Pending:
     prompt: list[int]
     future: asyncio.Future = field(repr=False)
 
-    def key(self) -> tuple[float, int]:
-        return (float(self.request.temperature or 0.0), _max_tokens(self.request))
+    def key(self, default_max_tokens: int) -> tuple[float, int]:
+        return (
+            float(self.request.temperature or 0.0),
+            _max_tokens(self.request, default_max_tokens),
+        )
 
 
-def _max_tokens(request: ChatRequest) -> int:
-    value = request.max_completion_tokens or request.max_tokens or DEFAULT_MAX_TOKENS
-    return min(value, DEFAULT_MAX_TOKENS * 8)
+def _max_tokens(request: ChatRequest, default: int) -> int:
+    value = request.max_completion_tokens or request.max_tokens or default
+    return min(value, default * 8)
 
 
 async def read_body(request: Request, limit: int) -> bytes:
@@ -177,7 +191,7 @@ class StudentApp:
                 waiting.append(queue.get_nowait())
             groups: dict[tuple, list[_Pending]] = {}
             for item in waiting:
-                groups.setdefault(item.key(), []).append(item)
+                groups.setdefault(item.key(self.config.max_tokens), []).append(item)
             for (temperature, max_tokens), items in groups.items():
                 await self._run_guarded(items, temperature, max_tokens)
 
