@@ -284,12 +284,13 @@ def to_diagnosis(
             details={"judge": judge, "report": report},
         )
     category = report.get("category")
+    known = isinstance(category, str) and category in CATEGORIES  # a list is not a category
     return Diagnosis(
         trajectory_id=traj.id,
         method="llm",
         step=step,
         agent=speaker(traj.messages[step]),
-        category=category if isinstance(category, str) and category in CATEGORIES else None,
+        category=category if known else None,
         explanation=str(report.get("explanation") or ""),
         evidence=_evidence(report.get("evidence")),
         correction=_correction(report.get("correction")),
