@@ -22,6 +22,7 @@ from trajforge.cli.common import (
 from trajforge.cli.options import Endpoint, Offer, RunFilter, StrategyFlags, option_sets
 from trajforge.errors import UserError
 from trajforge.progress import ProgressLines
+from trajforge.serve.prefix_cache import DEFAULT_TOKENS as DEFAULT_PREFIX_TOKENS
 from trajforge.serve.request import DEFAULT_MAX_TOKENS, MAX_BODY_BYTES
 
 if TYPE_CHECKING:
@@ -178,6 +179,14 @@ def serve_command(
             "at 8 times this).",
         ),
     ] = DEFAULT_MAX_TOKENS,
+    prefix_cache: Annotated[
+        int,
+        typer.Option(
+            "--prefix-cache",
+            min=0,
+            help="Tokens of served sequences kept for reuse by requests that extend them (0: off).",
+        ),
+    ] = DEFAULT_PREFIX_TOKENS,
     reload_token: Annotated[
         str | None,
         typer.Option(
@@ -200,6 +209,7 @@ def serve_command(
         max_wait_ms=max_wait_ms,
         max_body_bytes=int(max_body_mb * 2**20),
         max_tokens=max_tokens,
+        prefix_cache_tokens=prefix_cache,
     )
     app = StudentApp(Student(checkpoint), config)
     add_reload_route(app, reload_token or None)

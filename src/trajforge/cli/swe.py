@@ -10,7 +10,14 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from trajforge.cli.common import JsonOption, console, guarded, print_json
+from trajforge.cli.common import (
+    DbOption,
+    JsonOption,
+    config_from_options,
+    console,
+    guarded,
+    print_json,
+)
 from trajforge.envs.swe_bench import validate as validation
 from trajforge.envs.swe_bench.build import ensure_env
 from trajforge.envs.swe_bench.cache import cache_dir
@@ -19,8 +26,11 @@ from trajforge.envs.swe_bench.judge import judge_patch
 from trajforge.envs.swe_bench.repos import mirror
 from trajforge.errors import UserError
 from trajforge.progress import ProgressLines, heartbeat
+from trajforge.store import default_db_path
 
-app = typer.Typer(help="Real SWE-bench instances: build environments, validate, judge patches.")
+app = typer.Typer(
+    help="Real SWE-bench instances: build environments, validate, judge patches, run an agent."
+)
 
 RepoOption = Annotated[
     list[str] | None, typer.Option("--repo", help="Repository (owner/name or name); repeat.")
@@ -140,3 +150,72 @@ def _read_patch(path: Path) -> str:
     if not path.is_file():
         raise UserError(f"no patch file {path}")
     return path.read_text(errors="replace")
+
+
+@app.command("agent")
+@guarded
+def agent_command(
+    instance_id: Annotated[str, typer.Argument(help="Instance id.")],
+    model_url: Annotated[
+        str,
+        typer.Option(
+            "--model-url", help="OpenAI-compatible base URL (ends in /v1): trajforge serve, vLLM."
+        ),
+    ],
+    model: Annotated[str, typer.Option("--model", help="Model name sent to it.")] = "trajforge",
+    mini: Annotated[
+        str,
+        typer.Option(
+            "--mini",
+            envvar="TRAJFORGE_MINI_SWE_AGENT",
+            help="mini-swe-agent's mini-extra, or its venv folder (make mini-swe-agent).",
+        ),
+    ] = "mini-extra",
+    steps: Annotated[int, typer.Option("--steps", help="mini-swe-agent's step limit.")] = 10,
+    time_limit: Annotated[
+        float, typer.Option("--time-limit", help="Seconds the agent may run.")
+    ] = 1800.0,
+    config: Annotated[
+        list[str] | None,
+        typer.Option("--config", help="mini-swe-agent config (default swebench.yaml); repeat."),
+    ] = None,
+    session: Annotated[
+        str | None, typer.Option("--session", help="Proxy session name (the run's).")
+    ] = None,
+    out: Annotated[
+        Path | None, typer.Option("--out", help="Keep mini-swe-agent's own trajectory file.")
+    ] = None,
+    db: DbOption = None,
+    data: DataOption = None,
+    cache: CacheOption = None,
+    json_out: JsonOption = False,
+) -> None:
+    """Run mini-swe-agent, unchanged, on an instance: its commands in the sandbox at
+    /testbed, its model calls recorded (token ids) through the proxy, the worktree judged."""
+    from trajforge.envs.swe_bench.env import SweBenchConfig
+    from trajforge.proxy.swe_agent import MiniSweAgentRun, run_mini_swe_agent
+
+    run = config_from_options(
+        MiniSweAgentRun,
+        {"executable": "--mini", "model_name": "--model", "step_limit": "--steps",
+         "time_limit_s": "--time-limit", "configs": "--config"},
+        executable=mini, model_url=model_url, model_name=model, step_limit=steps,
+        time_limit_s=time_limit, configs=config or ["swebench.yaml"], session=session,
+        output=str(out) if out else None,
+    )  # fmt: skip
+    env_config = SweBenchConfig(
+        data=str(data) if data else None, cache=str(cache) if cache else None
+    )
+    path = db or default_db_path()
+    with heartbeat("swe agent", f"starting {instance_id}") as now:
+        result = run_mini_swe_agent(instance_id, path, run, env_config, now)
+    if json_out:
+        print_json(result.model_dump())
+        return
+    console.print(
+        f"{instance_id}: {result.status} (mini-swe-agent {result.exit_status} after "
+        f"{result.model_calls} model calls, {result.agent_seconds} s; judged in "
+        f"{result.judge_seconds} s); trajectory {result.trajectory_id} in {path}",
+        markup=False,
+        soft_wrap=True,
+    )
