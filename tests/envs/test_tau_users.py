@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import pytest
+
 from trajforge.agents import ExpertPolicy, LLMPolicy
 from trajforge.agents.base import EpisodeState
 from trajforge.agents.user_sim import LLMUser, ScriptedUser, ScriptedUserConfig
 from trajforge.envs.base import USER_STOP
 from trajforge.envs.tau import TauRetailEnv, bundled_tasks
+from trajforge.models.retry import ModelCallFailed
 from trajforge.models.scripted import ScriptedModel
 from trajforge.rollout.episode import run_episode
 from trajforge.rollout.handoff import start_conversation
@@ -74,3 +77,12 @@ def test_expert_with_the_llm_user_solves_a_task() -> None:
     start = start_conversation(env, task, user, Source(harness="test"))
     run = run_episode(env, ExpertPolicy(), task, user=user, trajectory=start)
     assert run.success
+
+
+def test_an_llm_user_that_says_nothing_is_a_model_failure_not_a_silent_turn() -> None:
+    task = bundled_tasks("tau-retail")[1]
+    user = LLMUser(ScriptedModel(["", "  \n", "Hi, I want to return an order."]))
+    assert user.opening(task) == Message(role="user", content="Hi, I want to return an order.")
+    silent = LLMUser(ScriptedModel([""], cycle=True))
+    with pytest.raises(ModelCallFailed, match="unparseable reply"):
+        silent.opening(task)

@@ -114,3 +114,17 @@ def test_lockstep_with_a_reused_cache_equals_full_recomputation(student_dir: Pat
     full = run_lockstep(student, fresh_starts(HouseholdEnv, tasks), 8, reuse_cache=False)
     for a, b in zip(cached, full, strict=True):
         assert [m.model_dump() for m in a.messages] == [m.model_dump() for m in b.messages]
+
+
+def test_a_request_without_a_limit_gets_the_servers_max_tokens(student_dir: Path) -> None:
+    served = StudentApp(Student(student_dir), ServeConfig(max_tokens=3))
+    server = BackgroundServer(served.app).start()
+    try:
+        client = openai.OpenAI(base_url=f"{server.url}/v1", api_key="x")
+        ask = {"model": "student", "messages": _opening(1_000_000), "tools": TOOLS}
+        unlimited = client.chat.completions.create(**ask)
+        capped = client.chat.completions.create(**ask, max_tokens=1000)
+    finally:
+        server.stop()
+    assert unlimited.usage.completion_tokens == 3 and unlimited.choices[0].finish_reason == "length"
+    assert 3 < capped.usage.completion_tokens <= 24  # a request's own limit, capped at 8 times

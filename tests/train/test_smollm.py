@@ -1,14 +1,12 @@
 """SmolLM2-135M-Instruct, the real pretrained student: found by name, its real tokenizer's
 mask, served on loopback, fine-tuned (LoRA and full) and evaluated. Quality is not asserted;
-wire formats, masks and robustness are."""
+wire formats, masks and robustness are. The commands that ask it as an agent, user, judge or
+guidance writer are in tests/test_smollm_paths.py."""
 
 from __future__ import annotations
 
-import os
-import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
@@ -23,12 +21,6 @@ from trajforge.serve.codec import HFCodec
 from trajforge.serve.student import Student
 
 NAME = "smollm2-135m"
-
-
-@pytest.fixture(scope="session")
-def smollm_dir() -> Path:
-    """The converted model in the user's cache (converted on the first run only)."""
-    return smollm.resolve_model(NAME)
 
 
 def test_a_known_name_without_its_wheel_names_the_install_command(monkeypatch) -> None:
@@ -93,38 +85,11 @@ def test_the_loss_mask_covers_exactly_the_learned_turns_of_the_real_template(
     assert sum(mask) == sum(len(e) for e in expected)
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-@pytest.fixture(scope="module")
-def served(smollm_dir: Path):
-    """`trajforge serve smollm2-135m` as a user runs it, on a loopback port."""
-    port = _free_port()
-    args = [sys.executable, "-m", "trajforge.cli.main", "serve", NAME, "--port", str(port)]
-    process = subprocess.Popen(args, env=dict(os.environ), stderr=subprocess.PIPE)
-    url = f"http://127.0.0.1:{port}/v1"
-    deadline = time.monotonic() + 300  # a guard against a hang, not a speed check
-    while True:
-        assert process.poll() is None, process.stderr.read() if process.stderr else ""
-        assert time.monotonic() < deadline
-        try:
-            httpx.get(f"{url}/models", timeout=1)
-            break
-        except httpx.TransportError:
-            time.sleep(0.2)
-    yield url
-    process.terminate()
-    process.wait(30)
-
-
-def test_serve_answers_a_chat_request_with_tokens_and_logprobs(served: str) -> None:
+def test_serve_answers_a_chat_request_with_tokens_and_logprobs(smollm_served: str) -> None:
     question = "What is the capital of France? Answer in one word."
     body = {"model": NAME, "messages": [{"role": "user", "content": question}],
             "logprobs": True, "max_tokens": 16}  # fmt: skip
-    answer = httpx.post(f"{served}/chat/completions", json=body, timeout=300).json()
+    answer = httpx.post(f"{smollm_served}/chat/completions", json=body, timeout=300).json()
     choice = answer["choices"][0]
     assert "Paris" in choice["message"]["content"]
     assert choice["finish_reason"] == "stop"
@@ -132,7 +97,8 @@ def test_serve_answers_a_chat_request_with_tokens_and_logprobs(served: str) -> N
     assert len(tokens) == len(entries) == answer["usage"]["completion_tokens"] >= 2
     assert all(e["logprob"] <= 0 for e in entries)
     assert answer["prompt_token_ids"][-4:] == [1, 520, 9531, 198]  # <|im_start|>assistant\n
-    stream = httpx.post(f"{served}/chat/completions", json={**body, "stream": True}, timeout=300)
+    streamed = {**body, "stream": True}
+    stream = httpx.post(f"{smollm_served}/chat/completions", json=streamed, timeout=300)
     events = [line[6:] for line in stream.text.splitlines() if line.startswith("data: ")]
     assert events[-1] == "[DONE]"
     chunks = [orjson.loads(e) for e in events[:-1]]
@@ -199,36 +165,6 @@ def test_full_fine_tuning_changes_every_layer(smollm_dir: Path, tmp_path: Path) 
     for layer in (0, 29):
         key = f"model.layers.{layer}.mlp.down_proj.weight"
         assert not torch.equal(before[key], after[key])
-
-
-def test_an_llm_household_episode_through_the_proxy_is_recorded_with_tokens(
-    served: str, tmp_path: Path
-) -> None:
-    from trajforge.agents.llm import LLMPolicy
-    from trajforge.envs.household import HouseholdEnv, task_for
-    from trajforge.models.openai_compat import OpenAICompatibleModel, OpenAIModelConfig
-    from trajforge.proxy import ProxyConfig, ProxyServer
-    from trajforge.proxy.session import trajectory_id
-    from trajforge.rollout.episode import Limits, run_episode
-    from trajforge.store import Store
-
-    db = tmp_path / "proxy.db"
-    with ProxyServer(ProxyConfig(upstream=served), db) as proxy:
-        config = OpenAIModelConfig(base_url=proxy.session_url("ep"), model=NAME, api_key="x",
-                                   logprobs=True, max_tokens=40, max_retries=0)  # fmt: skip
-        policy = LLMPolicy(OpenAICompatibleModel(config))
-        run = run_episode(HouseholdEnv(), policy, task_for(5, 1), limits=Limits(max_steps=2))
-        proxy.flush()
-    assert "error" not in run.metadata and "model_failure" not in run.metadata
-    assert run.outcome.termination_reason in ("agent_stop", "max_steps", "env_done")
-    for index in run.assistant_indices():
-        message = run.messages[index]
-        assert message.tool_calls or message.content or message.extra.get("tool_call_errors")
-    recorded = Store(db).get(trajectory_id("ep"))
-    assert len(recorded.llm_calls) == len(run.assistant_indices())
-    for call in recorded.llm_calls:
-        assert call.prompt_token_ids and call.completion_token_ids
-        assert len(call.logprobs or []) == len(call.completion_token_ids)
 
 
 def test_serve_of_an_unknown_model_is_one_error_line_naming_what_it_can_be(tmp_path: Path) -> None:

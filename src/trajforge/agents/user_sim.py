@@ -7,7 +7,8 @@ says the task is done, when success has become impossible, or after too many tur
 without progress.
 
 The LLM user plays the instruction with any chat model: it sees the conversation with
-roles swapped (the agent's messages as its input) and no tools.
+roles swapped (the agent's messages as its input) and no tools. A reply without words is
+retried like a failed call; when every attempt fails the episode ends (`ModelCallFailed`).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from pydantic import BaseModel, Field
 from trajforge.agents.base import EpisodeState
 from trajforge.envs.base import USER_STOP, Oracle, UserFacts
 from trajforge.models.base import ChatModel
-from trajforge.models.retry import ModelCallFailed, ask_reply
+from trajforge.models.retry import ModelCallFailed, ask_parsed
 from trajforge.schema import Message, Task
 
 IDENTIFY_WORDS = ("user id", "email", "zip", "your name", "full name", "identify", "verify")
@@ -121,10 +122,16 @@ class LLMUser:
         prompt = self.config.prompt.format(instruction=task.instruction or "", stop=USER_STOP)
         history = [Message(role="system", content=prompt), _user(self.config.greeting)]
         history += [_swap(m) for m in messages if _spoken(m)]
-        asked = ask_reply(self.model, history, None)
+        asked = ask_parsed(self.model, history, None, _words)
         if asked.value is None:
             raise ModelCallFailed(f"user model: {asked.failure}")
-        return Message(role="user", content=asked.value.message.text())
+        return Message(role="user", content=asked.value)
+
+
+def _words(reply: Message) -> str | None:
+    """The user's turn: the reply's text, None when it says nothing (retried, then a failure:
+    an empty user turn would read as silence the agent must answer)."""
+    return reply.text().strip() or None
 
 
 def _spoken(message: Message) -> bool:

@@ -147,15 +147,15 @@ def _run(db, flt, make_localizer, json_out) -> None:
 
 
 def _print_failed_calls(diagnoses: list[Diagnosis]) -> None:
-    failed = [d for d in diagnoses if d.details.get("failed_call")]
+    failed = [d for d in diagnoses if d.failure()]
     if not failed:
         return
     console.print(
         f"[yellow]{len(failed)} of {len(diagnoses)} runs got no diagnosis: the model call failed "
-        "after retries (stored with the reason):"
+        "after retries or its answer was invalid (stored with the reason):"
     )
     for d in failed:
-        console.print(f"  {d.trajectory_id}: {d.details['failed_call']}", markup=False)
+        console.print(f"  {d.trajectory_id}: {d.failure()}", markup=False)
 
 
 TABLE_CAPTION = (

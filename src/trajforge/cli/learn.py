@@ -23,7 +23,7 @@ from trajforge.cli.options import Endpoint, Offer, RunFilter, StrategyFlags, opt
 from trajforge.errors import UserError
 from trajforge.progress import ProgressLines
 from trajforge.serve.prefix_cache import DEFAULT_TOKENS as DEFAULT_PREFIX_TOKENS
-from trajforge.serve.request import MAX_BODY_BYTES
+from trajforge.serve.request import DEFAULT_MAX_TOKENS, MAX_BODY_BYTES
 
 if TYPE_CHECKING:
     from trajforge.train.sft import StepDone
@@ -170,6 +170,15 @@ def serve_command(
     max_body_mb: Annotated[
         float, typer.Option("--max-body-mb", min=0.01, help="Larger request bodies get a 413.")
     ] = MAX_BODY_BYTES / 2**20,
+    max_tokens: Annotated[
+        int,
+        typer.Option(
+            "--max-tokens",
+            min=1,
+            help="New tokens for a request that sets no limit (a request's own limit is capped "
+            "at 8 times this).",
+        ),
+    ] = DEFAULT_MAX_TOKENS,
     prefix_cache: Annotated[
         int,
         typer.Option(
@@ -199,6 +208,7 @@ def serve_command(
         max_batch=max_batch,
         max_wait_ms=max_wait_ms,
         max_body_bytes=int(max_body_mb * 2**20),
+        max_tokens=max_tokens,
         prefix_cache_tokens=prefix_cache,
     )
     app = StudentApp(Student(checkpoint), config)

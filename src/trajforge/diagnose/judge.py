@@ -16,7 +16,9 @@ violations, repeated actions, unsupported final answers, computed without a mode
 cite the findings it relies on by id in `evidence_ids`. An answer that cites an id not in
 the log it was shown, cites a message outside the run, or cites nothing while the log has
 findings, is invalid: all-at-once gives no step (`details.invalid`), step-by-step skips
-that answer. The judge's own `confidence` (0-1) is kept on the diagnosis.
+that answer. Without the log, an answer whose `evidence` is not a list or cites a message
+outside the run is invalid the same way. The judge's own `confidence` (0-1) is kept on the
+diagnosis.
 """
 
 from __future__ import annotations
@@ -157,8 +159,10 @@ class LLMJudge:
         return validation_log(traj, tool_schemas(traj))
 
     def _invalid(self, traj, report, findings, upto: int) -> str | None:
-        if findings is None or report is None:
+        if report is None:
             return None
+        if findings is None:
+            return evidence_problem(report, traj)
         return citation_problem(report, [f for f in findings if f.message_index < upto], traj)
 
     def _step_by_step(self, traj: Trajectory, findings: list[Finding] | None) -> Diagnosis | None:
@@ -222,7 +226,17 @@ def citation_problem(report: dict[str, Any], shown: list[Finding], traj: Traject
         return f"cites {', '.join(missing)}, not in the validation log it was shown"
     if known and not cited:
         return "cites no finding although the validation log has findings"
-    for item in report.get("evidence") or []:
+    return evidence_problem(report, traj)
+
+
+def evidence_problem(report: dict[str, Any], traj: Trajectory) -> str | None:
+    """Why the answer's `evidence` is unusable (not a list, or a message outside the run)."""
+    evidence = report.get("evidence")
+    if evidence is None:
+        return None
+    if not isinstance(evidence, list):
+        return f"evidence is not a list of citations: {evidence!r}"
+    for item in evidence:
         index = item.get("message_index") if isinstance(item, dict) else None
         if isinstance(index, int) and not 0 <= index < len(traj.messages):
             return f"cites message {index}, which is not in the run"
@@ -270,12 +284,13 @@ def to_diagnosis(
             details={"judge": judge, "report": report},
         )
     category = report.get("category")
+    known = isinstance(category, str) and category in CATEGORIES  # a list is not a category
     return Diagnosis(
         trajectory_id=traj.id,
         method="llm",
         step=step,
         agent=speaker(traj.messages[step]),
-        category=category if category in CATEGORIES else None,
+        category=category if known else None,
         explanation=str(report.get("explanation") or ""),
         evidence=_evidence(report.get("evidence")),
         correction=_correction(report.get("correction")),

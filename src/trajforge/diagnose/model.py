@@ -180,7 +180,17 @@ class Diagnosis(_Model):
             "omission": self.omission,
             "confidence": self.confidence,
             "abstained": self.abstained,
+            "evidence_messages": [e.message_index for e in self.evidence],
+            "failure": self.failure(),
         }
+
+    def failure(self) -> str | None:
+        """Why a model-backed method gave no diagnosis: its call failed after retries, or its
+        answer was invalid (`details.failed_call`, `details.invalid`); None otherwise."""
+        for key in ("failed_call", "invalid"):
+            if self.details.get(key):
+                return f"{key.replace('_', ' ')}: {self.details[key]}"
+        return None
 
 
 def no_decisive_error(trajectory_id: str, method: Method) -> Diagnosis:

@@ -5,7 +5,8 @@ that errors (connection, HTTP status) or a reply `parse` rejects counts as one f
 After the last attempt it returns the reason instead of raising, so a batch records the
 failure with its reason beside that item and continues; callers count and report failures.
 `ask_reply` is the same for callers that keep the whole reply (the call record too): an
-agent or a user simulator, whose episode then ends with `ModelCallFailed`.
+agent, whose episode then ends with `ModelCallFailed` (the LLM user simulator, which keeps
+only the words, asks with `ask_parsed` and ends its episode the same way).
 """
 
 from __future__ import annotations

@@ -39,11 +39,16 @@ from pydantic import BaseModel, Field
 from trajforge.models.mock_answers import Answer, chat_body
 from trajforge.openai_wire import error_body
 from trajforge.serve.prefix_cache import DEFAULT_TOKENS, PrefixCache
-from trajforge.serve.request import MAX_BODY_BYTES, BadRequest, ChatRequest, parse_chat_request
+from trajforge.serve.request import (
+    DEFAULT_MAX_TOKENS,
+    MAX_BODY_BYTES,
+    BadRequest,
+    ChatRequest,
+    parse_chat_request,
+)
 from trajforge.serve.stream import TokenStream, sse_events
 from trajforge.serve.student import Generated, Student, TokenSink, answer_message, finish_reason
 
-DEFAULT_MAX_TOKENS = 48
 log = logging.getLogger(__name__)
 
 
@@ -56,6 +61,12 @@ class ServeConfig(BaseModel):
     )
     max_body_bytes: int = Field(
         default=MAX_BODY_BYTES, ge=1024, description="Larger request bodies get a 413."
+    )
+    max_tokens: int = Field(
+        default=DEFAULT_MAX_TOKENS,
+        ge=1,
+        description="New tokens for a request that sets no limit; a request's own limit is "
+        "capped at 8 times this.",
     )
     prefix_cache_tokens: int = Field(
         default=DEFAULT_TOKENS,
@@ -87,13 +98,16 @@ class _Pending:
     arrivals: asyncio.Queue | None = field(default=None, repr=False)
     """A streamed request's tokens as they are chosen, then its answer (`serve.stream`)."""
 
-    def key(self) -> tuple[float, int]:
-        return (float(self.request.temperature or 0.0), _max_tokens(self.request))
+    def key(self, default_max_tokens: int) -> tuple[float, int]:
+        return (
+            float(self.request.temperature or 0.0),
+            _max_tokens(self.request, default_max_tokens),
+        )
 
 
-def _max_tokens(request: ChatRequest) -> int:
-    value = request.max_completion_tokens or request.max_tokens or DEFAULT_MAX_TOKENS
-    return min(value, DEFAULT_MAX_TOKENS * 8)
+def _max_tokens(request: ChatRequest, default: int) -> int:
+    value = request.max_completion_tokens or request.max_tokens or default
+    return min(value, default * 8)
 
 
 async def read_body(request: Request, limit: int) -> bytes:
@@ -174,7 +188,7 @@ class StudentApp:
         checked = parse_chat_request(await self.body(request))
         student = self.student
         prompt = student.codec.prompt(checked.message_list, checked.tool_list)
-        prompt = student.fit(prompt, _max_tokens(checked))
+        prompt = student.fit(prompt, _max_tokens(checked, self.config.max_tokens))
         future = asyncio.get_running_loop().create_future()
         pending = _Pending(checked, prompt, f"chatcmpl-student-{next(self._ids)}", future)
         if checked.stream:
@@ -201,7 +215,7 @@ class StudentApp:
                 waiting.append(queue.get_nowait())
             groups: dict[tuple, list[_Pending]] = {}
             for item in waiting:
-                groups.setdefault(item.key(), []).append(item)
+                groups.setdefault(item.key(self.config.max_tokens), []).append(item)
             for (temperature, max_tokens), items in groups.items():
                 await self._run_guarded(items, temperature, max_tokens)
 

@@ -27,6 +27,8 @@ from trajforge.errors import first_error, one_line
 MAX_PROBLEM = 300
 MAX_BODY_BYTES = 8 * 2**20
 """Default request body limit (8 MiB: a long agent conversation is well under 1 MiB)."""
+DEFAULT_MAX_TOKENS = 48
+"""Default new tokens for a request that sets no limit (`serve --max-tokens`)."""
 SEED_RANGE = (-(2**63), 2**64 - 1)
 """What the sampler's random generator accepts as a seed."""
 
