@@ -43,13 +43,15 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import orjson
 
+from learning_loop import LabConfig, train_rows
 from shared_data import data_dir
-from trajforge.agents.household_teacher import NoisyObservableTeacher
+from trajforge.agents.household_teacher import NoisyObservableTeacher, ObservableTeacher
 from trajforge.envs.household import HouseholdEnv, task_for
 from trajforge.envs.household.world import OBJECT_PROPERTIES, generate_world
 from trajforge.importers.tau2_bench import Tau2BenchImporter
@@ -57,10 +59,13 @@ from trajforge.importers.tau_bench import TauBenchImporter
 from trajforge.rollout.episode import Limits, run_episode
 from trajforge.rollout.tasks import select_tasks
 from trajforge.schema import Strategy, Task, Trajectory
+from trajforge.serve.student import Student
 from trajforge.strategies.candidates import ContrastProposer, family_run
 from trajforge.strategies.distil import DistilConfig, DistilReport, distil, held_out_task
 from trajforge.strategies.patterns import support
 from trajforge.strategies.retrieve import RETRIEVERS, Retriever, task_query
+from trajforge.train.conditioned import conditioned_rows, conditioned_starts
+from trajforge.train.evaluate import check_held_out, held_out_tasks, run_lockstep
 from trajforge.web.compare import wilson
 
 RESULTS = Path(__file__).parent / "results" / "strategies.json"
@@ -80,6 +85,8 @@ TAU_FILES = {
     "tau-retail": "agentrx/tau-retail/tau_dataset_full.json",
     "tau-airline": "tau-bench/historical_trajectories/gpt-4o-airline.json",
 }
+STUDENT_DIFFICULTY = 1
+"""The students' worlds: a difficulty no library is distilled from."""
 TAU2_RETAIL = "tau2-bench/toolorchestra_gpt-5/toolorchestra_retail_gpt-5_1trial.json"
 
 
@@ -174,25 +181,33 @@ def transfer(
     tasks: list[Task], library: list[Strategy], args: argparse.Namespace
 ) -> dict[str, Any]:
     """Without vs with retrieved strategies, same worlds and teacher seeds, per seed."""
-    ranked = RETRIEVERS["lexical"](library).rank_many([task_query(t) for t in tasks], args.k)
-    retrieved = {t.id: [r.strategy for r in hits] for t, hits in zip(tasks, ranked, strict=True)}
+    retrieved = retrieve(tasks, library, args.k)
     hints = {task_id: [s.text for s in found] for task_id, found in retrieved.items()}
-    counts = Counter(s.name for found in retrieved.values() for s in found)
     arms: dict[str, list[dict[str, Any]]] = {"without": [], "with": []}
     for seed in range(args.seeds):
         for arm, given in (("without", {}), ("with", hints)):
             log(f"  seed {seed}, {arm} strategies")
             runs = teacher_runs(tasks, 1, args.error_rate, given, seed=100 + seed)
             arms[arm].append(rate_json(sum(bool(r.outcome.success) for r in runs), len(runs)))
-    pooled = {
-        arm: rate_json(sum(r["successes"] for r in rows), sum(r["n"] for r in rows))
-        for arm, rows in arms.items()
-    }
+    pooled = {arm: pooled_rate(rows) for arm, rows in arms.items()}
     return {
         "tasks": len(tasks),
         "per_seed": arms,
         "pooled": pooled,
         "difference": pooled["with"]["rate"] - pooled["without"]["rate"],
+        **retrieval_counts(retrieved),
+    }
+
+
+def retrieve(tasks: list[Task], library: list[Strategy], k: int) -> dict[str, list[Strategy]]:
+    """Task id -> the `k` strategies the lexical retriever ranks first for it."""
+    ranked = RETRIEVERS["lexical"](library).rank_many([task_query(t) for t in tasks], k)
+    return {t.id: [r.strategy for r in hits] for t, hits in zip(tasks, ranked, strict=True)}
+
+
+def retrieval_counts(retrieved: dict[str, list[Strategy]]) -> dict[str, Any]:
+    counts = Counter(s.name for found in retrieved.values() for s in found)
+    return {
         "retrieved": dict(counts.most_common()),
         "tasks_with_an_order_hint": sum(
             any(s.text.startswith("Before you") for s in found) for found in retrieved.values()
@@ -272,41 +287,191 @@ def retrieval_queries(
     return queries
 
 
-def main(argv: list[str] | None = None) -> None:
+def teacher_demos(tasks: list[Task], hints: dict[str, list[str]], config: LabConfig) -> list:
+    """The observable teacher's run of every world, reading `hints` (its successes are the
+    lab's E data; with hints, the runs follow the order rules among them)."""
+    teacher, limits = ObservableTeacher(hints), Limits(max_steps=config.max_steps)
+    return [run_episode(HouseholdEnv(), teacher, task, limits=limits) for task in tasks]
+
+
+def student_config(args: argparse.Namespace) -> LabConfig:
+    return LabConfig(
+        train_worlds=args.student_worlds,
+        test_worlds=args.student_tests,
+        steps=args.student_steps,
+        difficulty=STUDENT_DIFFICULTY,
+        work=str(args.work),
+    )
+
+
+def student_comparison(library: list[Strategy], args: argparse.Namespace) -> dict[str, Any]:
+    """Tiny students trained without and with retrieved strategies in their rows' system
+    prompts (equal steps, batch, size and worlds), each evaluated on held-out worlds with and
+    without the strategies in the prompt."""
+    config = student_config(args)
+    train = [task_for(seed, config.difficulty) for seed in range(config.train_worlds)]
+    tests = held_out_tasks(HouseholdEnv(), config.test_worlds, config.difficulty)
+    retrieved = retrieve(train + tests, library, args.k)
+    hints = {task_id: [s.text for s in found] for task_id, found in retrieved.items()}
+    plain_runs, guided_runs = teacher_demos(train, {}, config), teacher_demos(train, hints, config)
+    rows = {
+        "plain": conditioned_rows(plain_runs, {}),
+        "conditioned": conditioned_rows(guided_runs, hints),
+    }
+    cells: dict[str, list[dict[str, Any]]] = {}
+    timing: dict[str, list[float]] = {"train_s": [], "eval_s": []}
+    for seed in range(args.student_seeds):
+        for arm, arm_rows in rows.items():
+            log(f"student seed {seed}, {arm}: training on {len(arm_rows)} rows")
+            started = time.monotonic()
+            out = train_rows(config, arm_rows, Path(config.work) / f"{arm}-seed{seed}", arm, seed)
+            timing["train_s"].append(round(time.monotonic() - started, 1))
+            student = Student(out)
+            check_held_out([t.id for t in tests], student.manifest["train_tasks"])
+            started = time.monotonic()
+            for prompt, given in (("without", {}), ("with", hints)):
+                starts = conditioned_starts(HouseholdEnv, tests, given)
+                runs = run_lockstep(student, starts, config.max_steps, max_new_tokens=16)
+                won = sum(bool(r.outcome.success) for r in runs)
+                cells.setdefault(f"{arm} student, {prompt} strategies", []).append(
+                    rate_json(won, len(runs))
+                )
+                log(f"  {prompt} strategies: {won}/{len(runs)}")
+            timing["eval_s"].append(round(time.monotonic() - started, 1))
+    pooled = {name: pooled_rate(per_seed) for name, per_seed in cells.items()}
+    main_arm = "conditioned student, with strategies"
+    return {
+        "difficulty": config.difficulty,
+        "train_worlds": config.train_worlds,
+        "held_out_worlds": len(tests),
+        "steps": config.steps,
+        "batch_size": config.batch_size,
+        "max_steps": config.max_steps,
+        "rows": {arm: len(arm_rows) for arm, arm_rows in rows.items()},
+        "teacher_runs_changed_by_hints": sum(
+            _actions(a) != _actions(b) for a, b in zip(plain_runs, guided_runs, strict=True)
+        ),
+        "per_seed": cells,
+        "pooled": pooled,
+        "difference_conditioned_with_vs_plain_without": _difference(
+            pooled, main_arm, "plain student, without strategies"
+        ),
+        "difference_conditioned_with_vs_without": _difference(
+            pooled, main_arm, "conditioned student, without strategies"
+        ),
+        **retrieval_counts({t.id: retrieved[t.id] for t in tests}),
+        **timing,
+    }
+
+
+def _actions(run: Trajectory) -> list[str]:
+    return [f"{c.name}{c.arguments}" for m in run.messages for c in m.tool_calls or []]
+
+
+def pooled_rate(per_seed: list[dict[str, Any]]) -> dict[str, Any]:
+    return rate_json(sum(r["successes"] for r in per_seed), sum(r["n"] for r in per_seed))
+
+
+def _difference(pooled: dict[str, dict[str, Any]], arm: str, base: str) -> float:
+    return round(pooled[arm]["rate"] - pooled[base]["rate"], 4)
+
+
+@dataclass
+class Libraries:
+    household: dict[str, DistilReport]
+    tau: dict[str, DistilReport]
+    tau_runs: dict[str, list[Trajectory]]
+
+    def tau_kept(self) -> list[Strategy]:
+        return self.tau["tau-retail"].kept() + self.tau["tau-airline"].kept()
+
+    def everything(self) -> list[Strategy]:
+        reports = [*self.household.values(), *self.tau.values()]
+        return [s for report in reports for s in report.kept()]
+
+
+PARTS: dict[str, tuple[str, Callable[[Libraries, argparse.Namespace, Path], Any]]] = {
+    "transfer": (
+        "transfer",
+        lambda libs, args, shared: household_transfer(libs.household, libs.tau_kept(), args),
+    ),
+    "retrieval": (
+        "retrieval",
+        lambda libs, args, shared: retrieval_quality(
+            libs.everything(), retrieval_queries(libs.tau_runs, args)
+        ),
+    ),
+    "tau2-observed": (
+        "tau_retail_to_tau2_retail",
+        lambda libs, args, shared: tau2_check(libs.tau["tau-retail"].kept(), shared),
+    ),
+    "student": (
+        "student_conditioning",
+        lambda libs, args, shared: student_comparison(
+            libs.household["household-d2"].kept() + libs.tau_kept(), args
+        ),
+    ),
+}
+DEFAULT_PARTS = "transfer,retrieval,tau2-observed"
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("data", nargs="?", default=None)
+    parser.add_argument("--parts", default=DEFAULT_PARTS, help=f"of {', '.join(PARTS)}")
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--distil-worlds", type=int, default=150)
     parser.add_argument("--eval-worlds", type=int, default=150)
     parser.add_argument("--error-rate", type=float, default=0.3)
     parser.add_argument("--k", type=int, default=3)
+    parser.add_argument("--student-seeds", type=int, default=2)
+    parser.add_argument("--student-worlds", type=int, default=200)
+    parser.add_argument("--student-steps", type=int, default=400)
+    parser.add_argument("--student-tests", type=int, default=100)
+    parser.add_argument("--work", type=Path, default=Path("/tmp/strategies-bench"))
     parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
+    args.parts = args.parts.split(",")
+    unknown = [part for part in args.parts if part not in PARTS]
+    if unknown:
+        parser.error(f"unknown part {unknown[0]!r}: choose from {', '.join(PARTS)}")
     if args.quick:
         args.seeds, args.distil_worlds, args.eval_worlds = 1, 30, 20
+        args.student_seeds, args.student_worlds, args.student_steps = 1, 30, 20
+        args.student_tests = 10
+    if args.out is None:
+        default = args.parts == DEFAULT_PARTS.split(",")
+        name = "strategies" if default else "strategies_" + "_".join(args.parts)
+        args.out = RESULTS.with_name(name.replace("-", "_") + ".json")
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse(argv)
     shared = data_dir(args.data)
     started = time.monotonic()
-    household = household_libraries(args)
     tau, tau_runs = tau_libraries(shared)
-    tau_kept = tau["tau-retail"].kept() + tau["tau-airline"].kept()
-    everything = [s for report in [*household.values(), *tau.values()] for s in report.kept()]
-    result = {
+    libraries = Libraries(household_libraries(args), tau, tau_runs)
+    result: dict[str, Any] = {
         "command": "python bench/strategies.py " + " ".join(argv or sys.argv[1:]),
         "settings": {k: _shown(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
         "policy": "noisy observable household teacher reading order hints (scripted)",
         "object_set_a": sorted(OBJECTS_A),
         "steps": {str(d): steps for d, steps in STEPS.items()},
-        "libraries": {name: report_json(r) for name, r in {**household, **tau}.items()},
-        "transfer": household_transfer(household, tau_kept, args),
-        "retrieval": retrieval_quality(everything, retrieval_queries(tau_runs, args)),
-        "tau_retail_to_tau2_retail": tau2_check(tau["tau-retail"].kept(), shared),
-        "seconds": round(time.monotonic() - started, 1),
+        "libraries": {name: report_json(r) for name, r in {**libraries.household, **tau}.items()},
     }
+    for part in args.parts:
+        key, run = PARTS[part]
+        log(f"part {part}")
+        result[key] = run(libraries, args, shared)
+    result["seconds"] = round(time.monotonic() - started, 1)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2) + b"\n")
-    for name, arm in result["transfer"].items():
+    for name, arm in result.get("transfer", {}).items():
         log(f"{name}: without {arm['pooled']['without']} with {arm['pooled']['with']}")
+    for name, cell in result.get("student_conditioning", {}).get("pooled", {}).items():
+        log(f"{name}: {cell}")
     log(f"wrote {args.out}")
 
 
