@@ -22,6 +22,7 @@ from typing import Any
 
 import orjson
 import pytest
+from tests.json_paths import json_paths
 
 from trajforge.demo import sample_dir
 from trajforge.errors import UserError
@@ -74,23 +75,6 @@ def _seeds(shared_data: Path) -> dict[str, tuple[str, bytes]]:
     }
 
 
-def _paths(value: Any, prefix: tuple = ()) -> list[tuple]:
-    """Every path (tuple of keys/indices) into a JSON value, the root excluded."""
-    found = []
-    items = (
-        value.items()
-        if isinstance(value, dict)
-        else enumerate(value)
-        if isinstance(value, list)
-        else []
-    )
-    for key, item in items:
-        found.append((*prefix, key))
-        if len(found) < 5000:
-            found.extend(_paths(item, (*prefix, key)))
-    return found
-
-
 def _set(value: Any, path: tuple, new: Any) -> None:
     for key in path[:-1]:
         value = value[key]
@@ -138,7 +122,7 @@ def _edit(edit: Callable[[random.Random, Any, tuple], None]) -> Mutation:
     def mutate(rng: random.Random, content: bytes, jsonl: bool) -> bytes:
         docs = _structured(content, jsonl)
         doc = rng.choice(docs)
-        paths = _paths(doc)
+        paths = json_paths(doc, 5000)
         if paths:
             # A depth first, then a path of that depth: the few top-level keys, which decide
             # what a file is, are edited as often as the many deep ones.

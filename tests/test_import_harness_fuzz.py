@@ -13,6 +13,7 @@ from typing import Any
 
 import orjson
 import pytest
+from tests.json_paths import json_paths
 
 from trajforge.errors import UserError
 from trajforge.importers import import_paths
@@ -55,24 +56,8 @@ def _load(path: Path) -> Any:
     return orjson.loads(path.read_bytes())
 
 
-def _paths(value: Any, prefix: tuple = ()) -> list[tuple]:
-    found: list[tuple] = []
-    items = (
-        value.items()
-        if isinstance(value, dict)
-        else enumerate(value)
-        if isinstance(value, list)
-        else []
-    )
-    for key, item in items:
-        found.append((*prefix, key))
-        if len(found) < 3000:
-            found.extend(_paths(item, (*prefix, key)))
-    return found
-
-
 def _retype(rng: random.Random, doc: Any) -> None:
-    path = rng.choice(_paths(doc))
+    path = rng.choice(json_paths(doc, 3000))
     parent = doc
     for key in path[:-1]:
         parent = parent[key]
@@ -80,7 +65,7 @@ def _retype(rng: random.Random, doc: Any) -> None:
 
 
 def _delete(rng: random.Random, doc: Any) -> None:
-    path = rng.choice(_paths(doc))
+    path = rng.choice(json_paths(doc, 3000))
     parent = doc
     for key in path[:-1]:
         parent = parent[key]

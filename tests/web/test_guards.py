@@ -13,6 +13,7 @@ import pytest
 from fastapi.routing import APIRoute
 from fastapi.testclient import TestClient
 
+from trajforge.cli.ui import allowed_hosts
 from trajforge.store import Store, TrajectoryFilter
 from trajforge.web import UiConfig, create_app
 
@@ -175,3 +176,25 @@ def test_with_a_token_cookie_a_cross_origin_post_is_still_refused(
     )  # fmt: skip
     assert cross.status_code == 403
     assert _post(client, path, "at=5&policy=expert").status_code == 403  # no form token
+
+
+def test_requests_for_another_host_are_refused(ui_store: UiStore) -> None:
+    """DNS rebinding: a page whose own name resolves to 127.0.0.1 reads nothing here."""
+    hosts = allowed_hosts("127.0.0.1", [])
+    client = TestClient(create_app(UiConfig(db=ui_store.db, allowed_hosts=hosts)))
+    for host in ("127.0.0.1:8765", "localhost:8765", "[::1]:8765", "LOCALHOST."):
+        assert client.get("/", headers={"host": host}).status_code == 200, host
+    for host in ("rebound.example:8765", "127.0.0.1.rebound.example", ""):
+        page = client.get("/", headers={"host": host})
+        assert page.status_code == 421, host
+        assert "--allow-host" in page.text
+    answer = client.get("/api/runs", headers={"host": "rebound.example"})
+    assert answer.status_code == 421 and "rebound.example" in answer.json()["error"]
+
+
+def test_the_ui_answers_to_the_names_it_is_given() -> None:
+    assert allowed_hosts("127.0.0.1", []) == {"localhost", "127.0.0.1", "::1"}
+    assert "box.lan" in (allowed_hosts("10.0.0.5", ["Box.lan"]) or set())
+    assert "10.0.0.5" in (allowed_hosts("10.0.0.5", []) or set())
+    assert allowed_hosts("0.0.0.0", []) is None
+    assert allowed_hosts("::", ["ui.example"]) == {"localhost", "127.0.0.1", "::1", "ui.example"}

@@ -49,6 +49,7 @@ from trajforge.web.guards import (
     error_response,
     posted_form,
     refuse_cross_site,
+    refuse_foreign_hosts,
     refused,
 )
 from trajforge.web.html import page
@@ -82,6 +83,11 @@ class UiConfig(BaseModel):
         description="Time budget of one page's store reads: past it the query is stopped and "
         "the page is a 503 that says so (None: no budget).",
     )
+    allowed_hosts: frozenset[str] | None = Field(
+        default=None,
+        description="Host names (of the Host header, without the port) the UI answers to; "
+        "any other is a 421, against DNS rebinding (None: any host).",
+    )
 
 
 def create_app(config: UiConfig) -> FastAPI:
@@ -93,6 +99,8 @@ def create_app(config: UiConfig) -> FastAPI:
     app = FastAPI(title="trajforge", docs_url=None, redoc_url=None, openapi_url=None)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     refuse_cross_site(app)
+    if config.allowed_hosts is not None:
+        refuse_foreign_hosts(app, config.allowed_hosts)
     _install_guards(app, config.token)
     app.add_middleware(ServerTiming)
     _pages(app, reads, scorer, config)

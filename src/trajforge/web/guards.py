@@ -11,6 +11,11 @@ PATCH or DELETE is therefore refused unless
   page can send those without asking), UTF-8, of at most `MAX_FORM_BYTES`;
 - the form carries this process's form token (`FormToken`, new at every start, placed in
   every form the server renders; compared in constant time).
+
+A page on another site can also make its own name resolve to 127.0.0.1 (DNS rebinding) and
+then read this UI as if it were its own origin. Every request is therefore refused unless
+its `Host` header names one of the hosts the UI was told it is reached by (`refuse_foreign_hosts`;
+`trajforge ui` allows the loopback names, the address it binds and `--allow-host` names).
 """
 
 from __future__ import annotations
@@ -57,6 +62,13 @@ class UnsupportedBody(Refused):
     """A body that is not an urlencoded form."""
 
     status = 415
+    title = "refused"
+
+
+class UnknownHost(Refused):
+    """A request whose `Host` header names a host this UI is not reached by."""
+
+    status = 421
     title = "refused"
 
 
@@ -107,6 +119,31 @@ def refuse_cross_site(app: FastAPI) -> None:
             except Refused as exc:
                 return refused(request, exc)
         return await call_next(request)
+
+
+def refuse_foreign_hosts(app: FastAPI, allowed: frozenset[str]) -> None:
+    """Refuse every request whose `Host` (its name, without the port) is not in `allowed`."""
+
+    @app.middleware("http")
+    async def known_host(request: Request, call_next) -> Response:
+        name = host_name(request.headers.get("host", ""))
+        if name not in allowed:
+            shown = ", ".join(sorted(allowed))
+            exc = UnknownHost(
+                f"refused a request for host {name[:100]!r}: this UI answers to {shown} only "
+                "(trajforge ui --allow-host NAME adds a name)"
+            )
+            return refused(request, exc)
+        return await call_next(request)
+
+
+def host_name(header: str) -> str:
+    """The host of a `Host` header, lowercased, without its port or a trailing dot
+    (`[::1]:8765` → `::1`)."""
+    header = header.strip().lower()
+    if header.startswith("["):
+        return header[1:].split("]", 1)[0]
+    return header.rsplit(":", 1)[0].rstrip(".") if header.count(":") == 1 else header.rstrip(".")
 
 
 def check_same_origin(request: Request) -> None:
