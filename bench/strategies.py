@@ -1,8 +1,14 @@
 """The transfer test of reusable strategies: distil on one task family, use on another.
 
-    python bench/strategies.py [DATA_DIR] [--seeds 3] [--distil-worlds 150] [--eval-worlds 150]
-                               [--error-rate 0.3] [--k 3] [--quick]
-                               [--out bench/results/strategies.json]
+    python bench/strategies.py [DATA_DIR] [--parts transfer,retrieval,tau2-observed]
+                               [--seeds 3] [--distil-worlds 150] [--eval-worlds 150]
+                               [--error-rate 0.3] [--k 3] [--quick] [--out PATH]
+    python bench/strategies.py --parts student [--student-seeds 2 --student-worlds 120 ...]
+    python bench/strategies.py --parts tau2-live [--live-tasks 3 --live-seeds 2]
+                               [--base-url URL --llm-model M]
+
+The default parts write `bench/results/strategies.json`; other choices of parts write
+`bench/results/strategies_PARTS.json` unless `--out` is given.
 
 1. Libraries. Strategies are distilled (`trajforge.strategies.distil`, contrast proposer, kept
    only when held-out tasks of the same family support them) from:
@@ -32,6 +38,21 @@
    tau-retail strategies are checked on the recorded tau2-bench retail runs (gpt-5): success
    of runs that followed each rule vs runs that broke it (Wilson 95%). A correlation in other
    runs, not an intervention.
+
+5. `student`: strategies as conditioning text. Two `tiny` students of the learning lab's
+   recipe (`learning_loop.train_rows`) at equal budget, on the same difficulty-1 worlds (a
+   difficulty no library is distilled from): one trained on the observable teacher's runs,
+   one on the teacher's runs made with the `--k` retrieved strategies as hints, each row with
+   those strategies in its system prompt (`trajforge.train.conditioned`). Evaluated on
+   held-out difficulty-1 worlds: the plain student without strategies, the conditioned one
+   without and with them in its prompt. Wilson 95% per seed and pooled.
+6. `tau2-live`: tau retail -> tau2 retail as an intervention. The first `--live-tasks` tau2
+   retail tasks whose gold actions a tau-retail rule speaks to, without and with the
+   strategies retrieved from the tau libraries, `--live-seeds` sampled runs each (the seed
+   goes to the server), by the llm policy over `trajforge serve smollm2-135m` started here
+   (or `--base-url`), with the scripted user. Per run: outcome, tool calls, whether the
+   strategies were in the prompt and whether the model read them (the served prompt's token
+   ids, decoded: a prompt longer than the context loses its start), and the rules it kept.
 
 `--quick` is a smoke run (few worlds, one seed): its numbers mean nothing.
 """
