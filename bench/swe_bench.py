@@ -1,7 +1,8 @@
 """SWE-bench verdicts reproduced without Docker, and replay fidelity of the real runs.
 
 Usage: python bench/swe_bench.py [--repo NAME ...] [--instance ID ...] [--replay]
-       [--data DATA_DIR] [-o bench/results/swe_bench.json]
+       [--data DATA_DIR] [--backend local|ray] [--concurrency N]
+       [-o bench/results/swe_bench.json]
 
 For each shared mini-swe-agent (gemini-3-pro) run of the chosen instances (default: every
 instance of `instances.jsonl` that has a run): build the environment (cold time when this run
@@ -10,6 +11,8 @@ warm reset, judge the run's submitted patch (`info.submission`) as the harness d
 compare with its `report.json` (resolved, and the FAIL_TO_PASS / PASS_TO_PASS tests that
 differ). With `--replay`, also re-execute the run's bash actions in the sandbox (per-action
 output match after normalizing, final diff against the submission, outcome agreement).
+With `--backend ray`, the builds, validations and judgements run as Ray tasks
+(`--concurrency` at a time); the warm timings and the replay stay in this process.
 
 Resumable: each finished instance is appended to `<output>.partial.jsonl` and skipped on the
 next start; builds and validations are cached (`$TRAJFORGE_SWE_BENCH_CACHE`). The result
@@ -19,6 +22,7 @@ is rewritten after each instance and says exactly which instances it covers.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import shlex
@@ -30,7 +34,8 @@ from typing import Any
 from shared_data import REPO, data_dir
 from trajforge.envs.replay import replay_run
 from trajforge.envs.swe_bench import SweBenchEnv, get_instance, select_instances
-from trajforge.envs.swe_bench.build import ensure_env, load_built, spec_for
+from trajforge.envs.swe_bench.backends import run_jobs
+from trajforge.envs.swe_bench.build import build_env, ensure_env, load_built, spec_for
 from trajforge.envs.swe_bench.cache import cache_dir
 from trajforge.envs.swe_bench.judge import judge_patch
 from trajforge.envs.swe_bench.repos import mirror
@@ -60,30 +65,47 @@ def _differing(report: dict, ours: Any) -> dict[str, list[str]]:
     return differ
 
 
-def bench_instance(instance_id: str, runs: Path, cache: Path, replay: bool) -> dict[str, Any]:
+def build_and_judge(instance_id: str, runs: Path, cache: Path) -> dict[str, Any]:
+    """The heavy part of an instance, run on the chosen backend: build (or find) its
+    environment, validate it, judge the run's submission."""
     instance = get_instance(instance_id)
-    cold = load_built(spec_for(instance), cache) is None
-    built, build_s = _timed(lambda: ensure_env(instance, cache))
-    _, warm_s = _timed(lambda: ensure_env(instance, cache))
+    (built, made), build_s = _timed(lambda: build_env(instance, cache))
     validation = validate_instance(instance, cache)
+    traj = json.loads((runs / "trajs" / instance_id / f"{instance_id}.traj.json").read_text())
+    submission = traj["info"].get("submission") or ""
     repo_mirror = mirror(instance, cache)
-    testbed, reset_s = _timed(lambda: Testbed.create(instance, built, repo_mirror))
+    verdict, judge_s = _timed(lambda: judge_patch(instance, built, repo_mirror, submission))
+    return {
+        "built_here": made,
+        "build_s": build_s,
+        "validation": validation,
+        "verdict": verdict,
+        "judge_s": judge_s,
+    }
+
+
+def bench_instance(
+    instance_id: str, judged: dict[str, Any], runs: Path, cache: Path, replay: bool
+) -> dict[str, Any]:
+    """One instance's row: the judged part, then (in this process) the warm lookup, a warm
+    reset, the recorded verdict and optionally the replay."""
+    instance = get_instance(instance_id)
+    built, warm_s = _timed(lambda: ensure_env(instance, cache))
+    testbed, reset_s = _timed(lambda: Testbed.create(instance, built, mirror(instance, cache)))
     testbed.close()
-    traj_path = runs / "trajs" / instance_id / f"{instance_id}.traj.json"
     report = json.loads((runs / "logs" / instance_id / "report.json").read_text())
     report = report.get(instance_id, report)
-    submission = json.loads(traj_path.read_text())["info"].get("submission") or ""
-    verdict, judge_s = _timed(lambda: judge_patch(instance, built, repo_mirror, submission))
+    validation, verdict = judged["validation"], judged["verdict"]
     row: dict[str, Any] = {
         "instance_id": instance_id,
         "repo": instance.repo,
         "validated": validation.validated,
         "validation_reason": validation.reason,
-        "build_cold_s": build_s if cold else validation.build_s,
+        "build_cold_s": judged["build_s"] if judged["built_here"] else validation.build_s,
         **_environment_of(instance_id, cache),
         "build_warm_s": warm_s,
         "reset_s": reset_s,
-        "judge_s": judge_s,
+        "judge_s": judged["judge_s"],
         "recorded_resolved": bool(report.get("resolved")),
         "judged_resolved": verdict.resolved,
         "judge_status": verdict.status,
@@ -91,6 +113,7 @@ def bench_instance(instance_id: str, runs: Path, cache: Path, replay: bool) -> d
         "differing_tests": _differing(report, verdict),
     }
     if replay:
+        traj_path = runs / "trajs" / instance_id / f"{instance_id}.traj.json"
         row["replay"] = _replay(traj_path)
     return row
 
@@ -187,6 +210,8 @@ def main() -> None:
     parser.add_argument("--instance", action="append")
     parser.add_argument("--replay", action="store_true")
     parser.add_argument("--data")
+    parser.add_argument("--backend", default="local", help="local or ray (builds and judging)")
+    parser.add_argument("--concurrency", type=int, default=1, help="Ray tasks at a time")
     parser.add_argument("-o", "--output", default=str(REPO / "bench/results/swe_bench.json"))
     args = parser.parse_args()
     runs = data_dir(args.data) / RUNS
@@ -202,8 +227,12 @@ def main() -> None:
     cache = cache_dir()
     started = time.monotonic()
     todo = [i for i in chosen if i not in finished]
-    for number, instance_id in enumerate(todo, start=1):
-        row = bench_instance(instance_id, runs, cache, args.replay)
+    heavy = functools.partial(build_and_judge, runs=runs, cache=cache)
+    for number, (index, judged) in enumerate(
+        run_jobs(args.backend, heavy, todo, args.concurrency), start=1
+    ):
+        instance_id = todo[index]
+        row = bench_instance(instance_id, judged, runs, cache, args.replay)
         with open(partial, "a") as handle:
             handle.write(json.dumps(row) + "\n")
         done.append(row)

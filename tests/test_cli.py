@@ -40,6 +40,23 @@ def sample_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return db
 
 
+def test_ls_and_stats_search_the_runs_text(sample_db: Path) -> None:
+    db = str(sample_db)
+    found = json.loads(invoke("ls", "--db", db, "--json", "--search", '"cancel reservation"'))
+    everything = json.loads(invoke("ls", "--db", db, "--json"))
+    assert 0 < len(found) < len(everything)
+    with Store(sample_db) as store:
+        texts = {row.id: store.get(row.id).model_dump_json().lower() for row in store.rows()}
+    assert {row["id"] for row in found} <= {i for i, text in texts.items() if "cancel" in text}
+    failures = json.loads(
+        invoke("stats", "--db", db, "--json", "--search", "cancel*", "--outcome", "failure")
+    )
+    assert 0 < failures["total"] < len(everything)
+    result = CliRunner().invoke(app, ["ls", "--db", db, "--search", "cancel AND"])
+    assert result.exit_code == 1
+    assert result.output.startswith("error: search query 'cancel AND' is not valid")
+
+
 def test_import_summary_json_and_second_import(tmp_path: Path) -> None:
     db = str(tmp_path / "t.db")
     first = json.loads(invoke("import", str(SAMPLE), "--db", db, "--json"))

@@ -11,6 +11,7 @@ as it was.
 from __future__ import annotations
 
 import os
+import shutil
 import stat
 import tempfile
 from collections.abc import Iterable, Iterator
@@ -79,6 +80,57 @@ def atomic_output(out: Path, protected: Iterable[Path] = ()) -> Iterator[Path]:
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+
+
+@contextmanager
+def atomic_folder(out: Path, replaceable: str = "*") -> Iterator[Path]:
+    """A temporary folder beside `out` that takes its place when the block succeeds.
+
+    An existing `out` is replaced only when it is a folder whose entries all match the glob
+    `replaceable` (a previous export's files); anything else in it is a `UserError`, and a
+    failed block leaves `out` as it was.
+    """
+    _check_replaceable_folder(out, replaceable)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
+    except OSError as exc:
+        raise UserError(f"{out}: cannot write in {out.parent}: {exc.strerror}") from None
+    try:
+        yield tmp
+        for path in tmp.iterdir():
+            os.chmod(path, FILE_MODE & ~_umask())
+        os.chmod(tmp, 0o777 & ~_umask())
+        _swap_in(tmp, out)
+    except OSError as exc:
+        raise UserError(f"{out}: cannot write: {exc.strerror}") from None
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _check_replaceable_folder(out: Path, replaceable: str) -> None:
+    if not str(out) or str(out) == ".":
+        raise UserError("the output path is empty")
+    if out.exists() and not out.is_dir():
+        raise UserError(f"{out} exists and is not a folder; give a folder for the files")
+    if out.is_dir():
+        others = [p.name for p in out.iterdir() if not p.match(replaceable)]
+        if others:
+            raise UserError(
+                f"{out} holds other files than {replaceable} ({others[0]}, ...); give an empty "
+                "or new folder"
+            )
+
+
+def _swap_in(new: Path, out: Path) -> None:
+    """Put the folder `new` at `out`, the folder there before (if any) deleted after."""
+    if not out.exists():
+        os.replace(new, out)
+        return
+    old = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".old", dir=out.parent))
+    os.replace(out, old / out.name)
+    os.replace(new, out)
+    shutil.rmtree(old)
 
 
 def _umask() -> int:

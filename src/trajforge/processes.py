@@ -10,6 +10,9 @@ import sys
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
+from typing import Any
+
+from trajforge.errors import UserError
 
 
 def process_context() -> multiprocessing.context.BaseContext:
@@ -53,3 +56,18 @@ def worker_pool(
         yield pool
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
+
+
+def ray_session(cpus: int) -> Any:
+    """The `ray` module with a session: the running one, else the cluster at `$RAY_ADDRESS`,
+    else a local Ray with `cpus` CPUs. Workers need only trajforge installed."""
+    try:
+        import ray
+    except ImportError:
+        raise UserError("the ray backend needs Ray: pip install 'trajforge[ray]'") from None
+    if not ray.is_initialized():
+        if os.environ.get("RAY_ADDRESS"):
+            ray.init(address=os.environ["RAY_ADDRESS"], log_to_driver=False)
+        else:
+            ray.init(num_cpus=max(1, cpus), include_dashboard=False, log_to_driver=False)
+    return ray

@@ -13,8 +13,7 @@ import pytest
 
 from trajforge.envs.swe.sandbox import available_backends
 from trajforge.envs.swe_bench import SweBenchEnv, get_instance, judge_patch
-from trajforge.envs.swe_bench.build import ensure_env, pyenv_python
-from trajforge.envs.swe_bench.cache import cache_dir
+from trajforge.envs.swe_bench.build import ensure_env
 from trajforge.envs.swe_bench.judge import JUDGE_SANDBOX
 from trajforge.envs.swe_bench.repos import mirror
 from trajforge.importers.mini_swe_agent import MiniSweAgentImporter
@@ -31,9 +30,8 @@ pytestmark = [
 
 
 @pytest.fixture(scope="module")
-def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    pyenv_python("3.9")  # a clear error when the Python is missing
-    return cache_dir(tmp_path_factory.mktemp("swe-bench-cache"))
+def cache(swe_bench_cache: Path) -> Path:
+    return swe_bench_cache
 
 
 @pytest.fixture(scope="module")

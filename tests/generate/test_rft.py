@@ -113,3 +113,27 @@ def test_rft_dataset_selects_writes_and_summarizes(store, tmp_path: Path) -> Non
     summary = result.summary()
     assert summary["kept"] == len(kept) and summary["out"] == [str(p) for p in result.data]
     assert summary["rows"] == len(lines)
+
+
+def test_actions_written_in_text_are_compared_by_their_command() -> None:
+    from trajforge.envs.swe_bench import SweBenchEnv
+    from trajforge.generate.rft import actions
+    from trajforge.schema import Message, Task, Trajectory
+
+    thought = "THOUGHT: " + "the same long reasoning, " * 12  # longer than 200 characters
+
+    def run(command: str) -> Trajectory:
+        text = f"{thought}\n\n```bash\n{command}\n```"
+        return Trajectory(
+            task=Task(id="t", environment="swe-bench"),
+            messages=[
+                Message(role="user", content="fix it"),
+                Message(role="assistant", content=text),
+            ],
+        )
+
+    reader = SweBenchEnv()  # reads bash blocks; never reset
+    listing, reading = run("ls"), run("cat setup.py")
+    assert actions(listing, reader) == ['bash({"command":"ls"})']
+    assert actions(listing, reader) != actions(reading, reader)
+    assert actions(listing) == actions(reading)  # without the environment: the text's start

@@ -14,7 +14,7 @@ import pytest
 import trajforge.proxy.recorder as recorder_module
 from trajforge.proxy.record import CapturedCall, loaded_call
 from trajforge.proxy.recorder import Recorder
-from trajforge.proxy.session import trajectory_id
+from trajforge.proxy.session import SessionState, trajectory_id
 from trajforge.schema import Outcome, Trajectory
 from trajforge.store import Store
 from trajforge.store.proxy_calls import session_call_documents
@@ -140,3 +140,33 @@ def test_sessions_past_the_memory_limit_are_dropped_and_rebuilt(
         c.prompt_token_ids for c in calls["s0"]
     ]
     assert [c.extra["seq"] for c in rebuilt.llm_calls] == [0, 1, 2, 3]
+
+
+def _call(n: int, prompt_ids: list) -> CapturedCall:
+    answer = {"role": "assistant", "content": f"step {n}"}
+    return CapturedCall.model_construct(  # as the proxy builds it: lists kept, not copied
+        session="s",
+        endpoint="chat/completions",
+        request={"model": "m", "messages": [{"role": "user", "content": "task"}]},
+        response={"id": f"r{n}", "choices": [{"message": answer}]},
+        status=200,
+        started_at=float(n),
+        latency_s=0.01,
+        prompt_token_ids=prompt_ids,
+        completion_token_ids=[100 + n],
+        stream=False,
+    )
+
+
+def test_a_call_checks_only_its_prompt_ids_beyond_the_previous_call() -> None:
+    """The ids that repeat the previous prompt + completion are taken as they are (the same
+    list, not validated and copied again); new ids are still checked, and coerced as before."""
+    state = SessionState(name="s")
+    first = list(range(50))
+    state.add(_call(0, first))
+    second = [*first, 100, 7]
+    assert state.add(_call(1, second)).prompt_token_ids is second
+    third = [*second, 101, "8"]  # not an int: validated (and coerced) as any call's ids
+    assert state.add(_call(2, third)).prompt_token_ids == [*second, 101, 8]
+    with pytest.raises(ValueError, match="prompt_token_ids"):
+        state.add(_call(3, [*third[:-1], 8, 101, "eight"]))

@@ -9,7 +9,15 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from trajforge.cli.common import DbOption, JsonOption, console, open_store, print_json
+from trajforge.cli.common import (
+    DbOption,
+    JsonOption,
+    ParquetOption,
+    console,
+    open_runs,
+    open_store,
+    print_json,
+)
 from trajforge.cli.options import RunFilter, option_sets
 from trajforge.cli.render import render_diagnoses, render_metadata_changes, render_trajectory
 from trajforge.store import TrajectoryRow
@@ -20,11 +28,12 @@ def ls_command(
     db: DbOption = None,
     runs: RunFilter = RunFilter(),
     json_out: JsonOption = False,
+    parquet: ParquetOption = None,
 ) -> None:
     """List stored trajectories (one line each)."""
     flt = runs.selection()
-    with open_store(db) as store:
-        rows = store.rows(flt)
+    with open_runs(db, parquet) as source:
+        rows = source.rows(flt)
     if json_out:
         print_json([_row_json(r) for r in rows])
         return

@@ -7,6 +7,7 @@ import io
 import sqlite3
 import sys
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Annotated, Any, NoReturn, ParamSpec, TypeVar
 
@@ -16,6 +17,7 @@ from rich.console import Console
 
 from trajforge.errors import UserError
 from trajforge.store import Store, default_db_path
+from trajforge.store.parquet import RunRows
 
 console = Console()
 err_console = Console(stderr=True)
@@ -42,6 +44,25 @@ def open_store(db: Path | None, must_exist: bool = True) -> Store:
     if must_exist and not path.exists():
         raise UserError(f"no store at {path}; import something first (trajforge import PATH)")
     return Store(path)
+
+
+ParquetOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--parquet",
+        help="Read the runs from this folder of Parquet shards (export --shard-rows) with "
+        "DuckDB instead of the store.",
+    ),
+]
+
+
+def open_runs(db: Path | None, parquet: Path | None) -> AbstractContextManager[RunRows]:
+    """Where `ls` and `stats` read summary rows: the store, or Parquet shards when given."""
+    if parquet is not None:
+        from trajforge.store.parquet import ParquetRuns
+
+        return ParquetRuns(parquet)
+    return open_store(db)
 
 
 def print_json(value: Any) -> None:

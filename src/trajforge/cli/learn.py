@@ -22,6 +22,7 @@ from trajforge.cli.common import (
 from trajforge.cli.options import Endpoint, Offer, RunFilter, StrategyFlags, option_sets
 from trajforge.errors import UserError
 from trajforge.progress import ProgressLines
+from trajforge.serve.prefix_cache import DEFAULT_TOKENS as DEFAULT_PREFIX_TOKENS
 from trajforge.serve.request import MAX_BODY_BYTES
 
 if TYPE_CHECKING:
@@ -169,6 +170,14 @@ def serve_command(
     max_body_mb: Annotated[
         float, typer.Option("--max-body-mb", min=0.01, help="Larger request bodies get a 413.")
     ] = MAX_BODY_BYTES / 2**20,
+    prefix_cache: Annotated[
+        int,
+        typer.Option(
+            "--prefix-cache",
+            min=0,
+            help="Tokens of served sequences kept for reuse by requests that extend them (0: off).",
+        ),
+    ] = DEFAULT_PREFIX_TOKENS,
     reload_token: Annotated[
         str | None,
         typer.Option(
@@ -187,7 +196,10 @@ def serve_command(
     from trajforge.serve.student import Student
 
     config = ServeConfig(
-        max_batch=max_batch, max_wait_ms=max_wait_ms, max_body_bytes=int(max_body_mb * 2**20)
+        max_batch=max_batch,
+        max_wait_ms=max_wait_ms,
+        max_body_bytes=int(max_body_mb * 2**20),
+        prefix_cache_tokens=prefix_cache,
     )
     app = StudentApp(Student(checkpoint), config)
     add_reload_route(app, reload_token or None)

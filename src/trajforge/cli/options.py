@@ -46,6 +46,14 @@ OutcomeOption = Annotated[
         help="Only 'success', 'failure' or 'model_error' runs (a model error is not a failure).",
     ),
 ]
+SearchOption = Annotated[
+    str | None,
+    typer.Option(
+        "--search",
+        help='Only runs whose text matches this full-text query (words, "phrases", AND / OR / '
+        "NOT, prefix*).",
+    ),
+]
 LimitOption = Annotated[int | None, typer.Option("--limit", help="At most this many runs.")]
 BaseUrlOption = Annotated[
     str | None,
@@ -71,6 +79,7 @@ class RunFilter:
     env: EnvOption = None
     task: TaskOption = None
     outcome: OutcomeOption = None
+    search: SearchOption = None
     limit: LimitOption = None
 
     def selection(
@@ -90,6 +99,7 @@ class RunFilter:
             task_id=self.task,
             success=None if wanted in (None, "model_error") else wanted == "success",
             model_error=True if wanted == "model_error" else None,
+            text=self.search,
             limit=self.limit,
         )
 

@@ -9,7 +9,15 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from trajforge.cli.common import DbOption, JsonOption, console, open_store, print_json
+from trajforge.cli.common import (
+    DbOption,
+    JsonOption,
+    ParquetOption,
+    console,
+    open_runs,
+    open_store,
+    print_json,
+)
 from trajforge.cli.options import Offer, RunFilter, option_sets
 from trajforge.export import EXPORTERS, export
 from trajforge.export.registry import WRITTEN, written_files
@@ -25,10 +33,11 @@ def stats_command(
     db: DbOption = None,
     runs: Annotated[RunFilter, Offer(without=("limit",))] = RunFilter(),
     json_out: JsonOption = False,
+    parquet: ParquetOption = None,
 ) -> None:
     """Counts and success rates by source, model and environment; step and token spreads."""
-    with open_store(db) as store:
-        report = compute_stats(store, runs.selection())
+    with open_runs(db, parquet) as source:
+        report = compute_stats(source, runs.selection())
     if json_out:
         print_json(report)
         return
@@ -106,6 +115,15 @@ def export_command(
     ] = None,
     db: DbOption = None,
     runs: RunFilter = RunFilter(),
+    shard_rows: Annotated[
+        int | None,
+        typer.Option(
+            "--shard-rows",
+            min=1,
+            help="Parquet: a folder of files of at most this many runs (read back by "
+            "ls / stats --parquet DIR).",
+        ),
+    ] = None,
 ) -> None:
     """Export trajectories (JSONL round-trips exactly; Parquet for analytics; ATIF, one file
     per run in a folder, for tools that read Harbor trajectories) or training data (sft:
@@ -114,13 +132,13 @@ def export_command(
 
     Without --format, a `.parquet` file name means Parquet, anything else JSONL.
     """
-    fmt = fmt or format_for(out)
+    fmt = fmt or ("parquet" if shard_rows else format_for(out))
     EXPORTERS.get(fmt)  # fail on an unknown format before reading
-    if not out.is_dir():  # a folder is for formats that write one file per run
+    if not out.is_dir() and shard_rows is None:  # a folder: one file per run, or shards
         check_output_path(out, protected=[db or default_db_path()])
     with open_store(db) as store, heartbeat("export", f"writing {out} ({fmt})"):
-        count = export(fmt, store, out, runs.selection())
-    files = ", ".join(str(path) for path in written_files(fmt, out))
+        count = export(fmt, store, out, runs.selection(), shard_rows)
+    files = f"{out}/" if shard_rows else ", ".join(str(p) for p in written_files(fmt, out))
     console.print(f"wrote {count} {WRITTEN.get(fmt, 'trajectories')} to {files} ({fmt})")
 
 

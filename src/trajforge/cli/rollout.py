@@ -204,6 +204,12 @@ def rft_command(
     similarity: Annotated[
         float, typer.Option("--similarity", help="Drop samples at least this similar.")
     ] = 0.9,
+    pairs: Annotated[
+        bool,
+        typer.Option(
+            "--pairs", help="Also write preference pairs: kept vs failed samples of a task."
+        ),
+    ] = False,
     batch: StepLimitedBatch = BatchFlags(),
     llm: PolicyFlags = PolicyFlags(temperature=0.7),
     db: DbOption = None,
@@ -213,7 +219,7 @@ def rft_command(
     config = build_config(env, tasks, policy, k, None, batch, llm.options(), run="rft")
     _, episodes = execute(config, db, batch)
     trajs = [episode.trajectory() for episode in episodes]
-    result = rft_dataset(trajs, env, out, RFTConfig(similarity=similarity))
+    result = rft_dataset(trajs, env, out, RFTConfig(similarity=similarity, pairs=pairs))
     summary = result.summary()
     if json_out:
         print_json(summary)
@@ -228,7 +234,8 @@ def rft_command(
     console.print(table)
     console.print(
         f"kept {summary['kept']} of {summary['sampled']} ({summary['yield']:.1%}): "
-        f"{summary['rows']} training rows, {summary['learned_turns']} turns learned, "
+        f"{summary['rows']} training rows ({summary['pairs']} preference pairs), "
+        f"{summary['learned_turns']} turns learned, "
         f"{summary['masked_turns']} labelled mistakes kept as context only"
     )
 

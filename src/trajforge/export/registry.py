@@ -6,6 +6,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
+from trajforge.errors import UserError
 from trajforge.importers.registry import IMPORTERS
 from trajforge.registry import Registry
 from trajforge.store import Store, TrajectoryFilter
@@ -38,10 +39,22 @@ def written_files(fmt: str, out: Path) -> list[Path]:
     return [path for form in ROW_MODELS if (path := form_path(out, form)).is_file()]
 
 
-def export(fmt: str, store: Store, out: Path, flt: TrajectoryFilter | None = None) -> int:
+def export(
+    fmt: str,
+    store: Store,
+    out: Path,
+    flt: TrajectoryFilter | None = None,
+    shard_rows: int | None = None,
+) -> int:
     """Write the stored trajectories `flt` selects to `out` in format `fmt`; returns how many
-    were written."""
-    return EXPORTERS.get(fmt)(store, flt or TrajectoryFilter(), out)
+    were written. `shard_rows` (Parquet only): a folder of files of at most that many runs."""
+    if shard_rows is None:
+        return EXPORTERS.get(fmt)(store, flt or TrajectoryFilter(), out)
+    if fmt != "parquet":
+        raise UserError(f"--shard-rows is for --format parquet, not {fmt}")
+    from trajforge.export.tables import write_parquet_shards
+
+    return write_parquet_shards(store, flt or TrajectoryFilter(), out, shard_rows)
 
 
 class InstalledFormat(NamedTuple):

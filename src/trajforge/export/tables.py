@@ -7,12 +7,15 @@ never leaves a half-written file.
 from __future__ import annotations
 
 from array import array
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager
 from pathlib import Path
 
-from trajforge.outputs import atomic_output
+from trajforge.errors import UserError
+from trajforge.outputs import atomic_folder, atomic_output
 from trajforge.store import Store, TrajectoryFilter
 from trajforge.store.lines import line_of_document
+from trajforge.store.parquet import SHARD_GLOB
 
 
 def atomic_path(out: Path) -> AbstractContextManager[Path]:
@@ -52,32 +55,89 @@ PARQUET_COLUMNS = (
     ("n_faults", "n_faults", "int64"),
     ("parent_id", "parent_id", "string"),
     ("fork_index", "fork_index", "int64"),
+    ("format", "format", "string"),
+    ("source_file", "source_file", "string"),
+    ("search_text", "search_text", "large_string"),
     ("document", "doc", "string"),
 )
-"""Parquet column, stored column it comes from, Arrow type (the document last)."""
+"""Parquet column, stored column it comes from, Arrow type (the document last).
+`search_text` is what the store's full-text index holds for the run, so `--parquet` reads
+search the same text."""
 
 
 def write_parquet(store: Store, flt: TrajectoryFilter, out: Path) -> int:
-    """One row per trajectory: summary columns plus the full document as JSON text, built
-    from the store's columns in bounded batches (no document is decoded)."""
-    import pyarrow as pa
+    """One row per trajectory: summary columns, the searched text and the full document as
+    JSON text, built from the store's columns in bounded batches (no document is decoded)."""
+    with atomic_path(out) as tmp:
+        return _write_parquet_files(store, flt, lambda _: tmp, None)
+
+
+def write_parquet_shards(store: Store, flt: TrajectoryFilter, out: Path, shard_rows: int) -> int:
+    """`write_parquet` cut into files of at most `shard_rows` runs, `out/part-00000.parquet`
+    on, in the store's order (what `ls --parquet`, `stats --parquet` read back with DuckDB).
+    Written into a folder beside `out` that replaces it only when every shard is written."""
+    if shard_rows < 1:
+        raise UserError(f"--shard-rows must be at least 1, got {shard_rows}")
+    with atomic_folder(out, SHARD_GLOB) as tmp:
+        return _write_parquet_files(store, flt, lambda n: tmp / f"part-{n:05d}.parquet", shard_rows)
+
+
+def _write_parquet_files(
+    store: Store, flt: TrajectoryFilter, path_of: Callable[[int], Path], shard_rows: int | None
+) -> int:
+    """Write the rows into the files `path_of(0)`, `path_of(1)`, ... of at most `shard_rows`
+    rows each (one file when None; an empty one when nothing is selected); returns the
+    number of rows."""
     import pyarrow.parquet as pq
 
-    schema = pa.schema([(name, getattr(pa, kind)()) for name, _, kind in PARQUET_COLUMNS])
-    sources = [source for _, source, _ in PARQUET_COLUMNS]
-    summary = [name for name, _, _ in PARQUET_COLUMNS if name != "document"]
+    schema = _parquet_schema()
+    summary = [name for name, _, _ in PARQUET_COLUMNS if name not in ("search_text", "document")]
     # Documents are large and unique: no dictionary, no min/max statistics (which would keep
     # two whole documents per row group in the file's metadata, in memory until the end).
     options = {"use_dictionary": summary, "write_statistics": summary}
-    count = 0
-    with atomic_path(out) as tmp, pq.ParquetWriter(str(tmp), schema, **options) as writer:
-        for batch in store.column_batches(sources, flt):
-            *columns, documents = zip(*batch, strict=True)
-            arrays = [_array(pa, v, f.type) for v, f in zip(columns, schema, strict=False)]
-            arrays.append(_text_array(pa, documents))
-            writer.write_table(pa.Table.from_arrays(arrays, schema=schema))
+    batches = store.column_batches([source for _, source, _ in PARQUET_COLUMNS], flt)
+    count, current, writer = 0, -1, None
+    try:
+        for number, batch in _numbered(batches, shard_rows):
+            if writer is None or number != current:
+                writer and writer.close()
+                writer, current = pq.ParquetWriter(str(path_of(number)), schema, **options), number
+            writer.write_table(_table(schema, batch))
             count += len(batch)
+    finally:
+        writer and writer.close()
+    if writer is None:
+        pq.ParquetWriter(str(path_of(0)), schema, **options).close()
     return count
+
+
+def _parquet_schema():
+    import pyarrow as pa
+
+    return pa.schema([(name, getattr(pa, kind)()) for name, _, kind in PARQUET_COLUMNS])
+
+
+def _numbered(batches: Iterable[list[tuple]], limit: int | None) -> Iterator[tuple[int, list]]:
+    """(file number, rows) for each batch, split where a file of `limit` rows ends (None:
+    every batch in file 0)."""
+    seen = 0
+    for batch in batches:
+        while limit and batch:
+            room = limit - seen % limit
+            yield seen // limit, batch[:room]
+            seen, batch = seen + len(batch[:room]), batch[room:]
+        if batch:
+            yield 0, batch
+
+
+def _table(schema, batch: list[tuple]):
+    import pyarrow as pa
+
+    *columns, search_text, documents = zip(*batch, strict=True)
+    arrays = [_array(pa, v, f.type) for v, f in zip(columns, schema, strict=False)]
+    arrays.append(pa.array(search_text, type=pa.large_string()))
+    arrays.append(_text_array(pa, documents))
+    return pa.Table.from_arrays(arrays, schema=schema)
 
 
 def _array(pa, values: tuple, kind):

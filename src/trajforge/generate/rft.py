@@ -15,7 +15,13 @@ form, as trainers read one form per dataset) in trajforge's training-row schema
 (a noisy policy that still succeeded) becomes one prompt-completion row per correct turn,
 the mistakes staying in the prompts as context only. Plus `yield.json` with sampled /
 successes / verified / kept per task and the row counts. A rollout a model error
-ended is not judged: it is counted (`model_errors`) and left out of the yield.
+ended is not judged: it is counted (`model_errors`) and left out of the yield. With
+`pairs`, also `train.preference.jsonl`: where a kept run and a sample judged failed of the
+same task first part (`generate.pairs.sibling_pairs`), the kept run's action is chosen over
+the failed one's.
+
+Actions are compared as the environment reads them: tool calls, or for an environment of
+text actions (swe-bench: a mini-swe-agent bash block) the command in the assistant's text.
 """
 
 from __future__ import annotations
@@ -29,7 +35,9 @@ import orjson
 from pydantic import BaseModel, Field
 
 from trajforge.envs import make_env
+from trajforge.envs.base import Environment, TextActions
 from trajforge.envs.replay import replay_to
+from trajforge.generate.pairs import sibling_pairs
 from trajforge.generate.rows import row_counts, run_rows, write_forms
 from trajforge.models.retry import model_failure, require_an_answer
 from trajforge.schema import Trajectory
@@ -45,6 +53,11 @@ class RFTConfig(BaseModel):
         default=0.9, ge=0.0, le=1.0, description="Drop a sample this similar to a kept one."
     )
     verify: bool = Field(default=True, description="Re-check each success by replay.")
+    pairs: bool = Field(
+        default=False,
+        description="Also write preference pairs: where a kept run and a sample the "
+        "environment judged failed (same task) first part, the kept run's action is chosen.",
+    )
 
 
 class TaskYield(BaseModel):
@@ -58,15 +71,20 @@ class TaskYield(BaseModel):
     )
 
 
-def actions(traj: Trajectory) -> list[str]:
-    """The action sequence: tool calls with canonical arguments, and final answers."""
+def actions(traj: Trajectory, env: Environment | None = None) -> list[str]:
+    """The action sequence: tool calls with canonical arguments, actions written in the
+    text for an environment that reads them (`TextActions`: a mini-swe-agent bash block),
+    and final answers."""
     sequence = []
     for message in traj.messages:
         if message.role != "assistant":
             continue
-        for call in message.tool_calls or []:
+        calls = list(message.tool_calls or [])
+        if not calls and isinstance(env, TextActions):
+            calls = [call] if (call := env.text_action(message)) is not None else []
+        for call in calls:
             sequence.append(f"{call.name}({_canonical(call.arguments)})")
-        if not message.tool_calls:
+        if not calls:
             sequence.append(f"say({message.text()[:200]})")
     return sequence
 
@@ -106,23 +124,37 @@ def select(
     by_task: dict[str, list[Trajectory]] = defaultdict(list)
     for traj in sorted(trajs, key=lambda t: t.metadata.get("sample", 0)):
         by_task[traj.task.id].append(traj)
-    kept: list[Trajectory] = []
-    report = []
-    for task_id, samples in by_task.items():
-        wins = [t for t in samples if t.outcome.success]
-        verified = [t for t in wins if not config.verify or verify_by_replay(t, env_name)]
-        chosen: list[Trajectory] = []
-        for traj in verified:
-            if not _is_near_duplicate(
-                actions(traj), [actions(k) for k in chosen], config.similarity
-            ):
-                chosen.append(traj)
-        kept += chosen
-        errors = sum(1 for t in samples if t.outcome.status == "model_error")
-        report.append(TaskYield(task=task_id, sampled=len(samples), successes=len(wins),
-                                verified=len(verified), kept=len(chosen),
-                                model_errors=errors))  # fmt: skip
-    return kept, report
+    reader = make_env(env_name)  # reads actions written in text; never reset
+    try:
+        picked = [
+            _select_task(task_id, samples, env_name, config, reader)
+            for task_id, samples in by_task.items()
+        ]
+    finally:
+        reader.close()
+    return [traj for chosen, _ in picked for traj in chosen], [report for _, report in picked]
+
+
+def _select_task(
+    task_id: str, samples: list[Trajectory], env_name: str, config: RFTConfig, reader: Environment
+) -> tuple[list[Trajectory], TaskYield]:
+    wins = [t for t in samples if t.outcome.success]
+    verified = [t for t in wins if not config.verify or verify_by_replay(t, env_name)]
+    chosen: list[Trajectory] = []
+    for traj in verified:
+        earlier = [actions(k, reader) for k in chosen]
+        if not _is_near_duplicate(actions(traj, reader), earlier, config.similarity):
+            chosen.append(traj)
+    errors = sum(1 for t in samples if t.outcome.status == "model_error")
+    return chosen, TaskYield(
+        task=task_id, sampled=len(samples), successes=len(wins), verified=len(verified),
+        kept=len(chosen), model_errors=errors,
+    )  # fmt: skip
+
+
+def judged_failures(trajs: list[Trajectory]) -> list[Trajectory]:
+    """The samples the environment judged failed (not those a model error ended)."""
+    return [t for t in trajs if t.outcome.success is False and t.outcome.status != "model_error"]
 
 
 class RFTResult(BaseModel):
@@ -139,10 +171,16 @@ class RFTResult(BaseModel):
         return {"out": out, **totals(self.report), **self.counts, "tasks": tasks}
 
 
-def write_sft(kept: list[Trajectory], report: list[TaskYield], out: Path) -> RFTResult:
-    """Write the training rows (a file per form) and `yield.json` into `out`."""
+def write_sft(
+    kept: list[Trajectory],
+    report: list[TaskYield],
+    out: Path,
+    pairs: list[dict[str, Any]] | None = None,
+) -> RFTResult:
+    """Write the training rows of the kept runs (and `pairs`, preference rows) into `out`,
+    a file per form, and `yield.json`."""
     out.mkdir(parents=True, exist_ok=True)
-    rows = [row for traj in kept for row in run_rows(traj, "rft")]
+    rows = [row for traj in kept for row in run_rows(traj, "rft")] + list(pairs or [])
     files = write_forms(out / DATA_FILE, rows)
     summary = {"tasks": [r.model_dump() for r in report], **totals(report), **row_counts(rows)}
     summary["files"] = {form: path.name for form, path in files.items()}
@@ -170,6 +208,8 @@ def rft_dataset(
 ) -> RFTResult:
     """Keep the verified, non-duplicate successes of sampled runs and write them as SFT (not
     when every sample ended because the model could not be reached: that is an error)."""
+    config = config or RFTConfig()
     require_an_answer([model_failure(t) for t in trajs], "sampled rollout", "nothing was kept")
-    kept, report = select(trajs, env_name, config or RFTConfig())
-    return write_sft(kept, report, out)
+    kept, report = select(trajs, env_name, config)
+    pairs = sibling_pairs(kept + judged_failures(trajs)) if config.pairs else []
+    return write_sft(kept, report, out, pairs)

@@ -32,15 +32,20 @@ class Answer:
     logprobs: list[float]
     pieces: list[str] = field(default_factory=list)
     content_tokens: int = 0
+    cached_tokens: int | None = None
+    """Prompt tokens a server took from its prefix cache (`usage.prompt_tokens_details`)."""
     created: int = field(default_factory=lambda: int(time.time()))
 
-    def usage(self) -> dict[str, int]:
+    def usage(self) -> dict[str, Any]:
         prompt, completion = len(self.prompt_ids), len(self.token_ids)
-        return {
+        usage: dict[str, Any] = {
             "prompt_tokens": prompt,
             "completion_tokens": completion,
             "total_tokens": prompt + completion,
         }
+        if self.cached_tokens is not None:
+            usage["prompt_tokens_details"] = {"cached_tokens": self.cached_tokens}
+        return usage
 
 
 def _tool_calls(reply: MockReply, answer_id: str) -> list[dict[str, Any]]:

@@ -30,7 +30,8 @@ from trajforge.proxy.config import ProxyConfig
 from trajforge.proxy.faults import FaultInjector
 from trajforge.proxy.record import Endpoint, MonitorStop, UpstreamFault
 from trajforge.proxy.recorder import Recorder
-from trajforge.proxy.shaping import ClientAsked, augment, for_client
+from trajforge.proxy.request_reader import ReadRequest, RequestReader
+from trajforge.proxy.shaping import ClientAsked, augment, for_client, upstream_bytes
 from trajforge.proxy.stop import STOP_STATUS, MonitorGate, refusal_message, refusal_response
 from trajforge.proxy.streaming import relay_stream
 from trajforge.proxy.upstream import Upstream, UpstreamError, observed
@@ -67,6 +68,7 @@ class RecordingProxy:
         self.gate = MonitorGate(config.monitor) if config.monitor else None
         self.token_ids_rejected = False
         self.answers = AnswerReader()
+        self.requests = RequestReader()
         self._running: Running | None = None
         self.routes = FastAPI(title="trajforge recording proxy", lifespan=self._lifespan)
         self.app = FastPath(self, self.routes)
@@ -147,14 +149,9 @@ class RecordingProxy:
         trajectory_id = await asyncio.wrap_future(self.recorder.set_outcome(session, outcome))
         return _JSON({"trajectory_id": trajectory_id})
 
-    def _context(self, request: Request, endpoint: Endpoint, session: str | None, body: dict):
+    def _session(self, request: Request, session: str | None) -> str:
         name = session or request.headers.get(self.config.session_header)
-        return CallContext(
-            session=name or self.config.default_session,
-            endpoint=endpoint,
-            body=body,
-            stream=bool(body.get("stream")),
-        )
+        return name or self.config.default_session
 
     async def call_endpoint(
         self, request: Request, endpoint: Endpoint, session: str | None
@@ -163,22 +160,25 @@ class RecordingProxy:
         refused = self._refused(request)
         if refused is not None:
             return refused
-        body = await self._request_body(request, endpoint)
-        if isinstance(body, Response):
-            return body
-        context = self._context(request, endpoint, session, body)
+        name = self._session(request, session)
+        read = await self._request_body(request, endpoint, name)
+        if isinstance(read, Response):
+            return read
+        body = read.body
+        context = CallContext(name, endpoint, body, stream=bool(body.get("stream")))
         if self.gate is not None:
             stop = await self.gate.check(context.session, endpoint, body)
             if stop is not None:
                 return await self._refuse(context, stop)
         ask_ids = self.config.ask_token_ids and not self.token_ids_rejected
         upstream_body, asked = augment(body, endpoint == "chat/completions", self.config, ask_ids)
+        payload = upstream_bytes(read.raw, body, upstream_body)
         headers = self.upstream.headers(request.headers)
         fault = self.faults.draw(request.headers) if self.faults else None
         try:
             await self._inject_early(fault)
             answer = await until_client_leaves(
-                request, self._send_upstream(context, upstream_body, headers, asked)
+                request, self._send_upstream(context, upstream_body, payload, headers, asked)
             )
             if answer is CLIENT_LEFT:
                 await self.record(context, 499, error="client left before the answer")
@@ -196,38 +196,44 @@ class RecordingProxy:
         await self.record(context, 200, response=data, tokens=tokens_of(data))
         return _JSON(for_client(data, asked))
 
-    async def _request_body(self, request: Request, endpoint: Endpoint) -> dict | Response:
+    async def _request_body(
+        self, request: Request, endpoint: Endpoint, session: str
+    ) -> ReadRequest | Response:
         """The request's JSON body, or the 400/413 answer to a request that cannot be forwarded
-        (such requests are not recorded: they never reached a model)."""
+        (such requests are not recorded: they never reached a model). The messages that
+        repeat the session's previous request are not parsed again (`self.requests`)."""
         raw = await read_body(request, self.config.max_body_bytes)
         if raw is None:
             message = f"request body is larger than {self.config.max_body_bytes} bytes"
             return JSONResponse(error_body(message, "invalid_request_error"), status_code=413)
         try:
-            body = orjson.loads(raw)
+            read = self.requests.read(session, raw)
         except orjson.JSONDecodeError as exc:
             problem: str | None = f"request body is not JSON: {exc}"
         else:
             problem = (
-                request_problem(endpoint, body)
-                if isinstance(body, dict)
+                request_problem(endpoint, read.body, read.reused)
+                if isinstance(read.body, dict)
                 else "request body must be a JSON object"
             )
         if problem is not None:
             return JSONResponse(error_body(problem, "invalid_request_error"), status_code=400)
-        return body
+        if endpoint == "chat/completions":
+            self.requests.keep(session, read)
+        return read
 
     async def _send_upstream(
-        self, context: CallContext, body: dict, headers: dict, asked: ClientAsked
+        self, context: CallContext, body: dict, payload: bytes, headers: dict, asked: ClientAsked
     ) -> Any:
-        """Post (or open a stream); retried once without `return_token_ids` if it is refused.
-        A plain answer is read by `self.answers` (the prompt ids it repeats are not parsed)."""
-        send: Callable[[str, dict, dict], Awaitable[Any]] = self.upstream.open_stream
+        """Post `payload` (`body` as bytes), or open a stream; retried once without
+        `return_token_ids` if it is refused. A plain answer is read by `self.answers` (the
+        prompt ids it repeats are not parsed)."""
+        send: Callable[[str, bytes, dict], Awaitable[Any]] = self.upstream.open_stream
         if not context.stream:
             send = partial(self.upstream.post, parse=partial(self.answers.read, context.session))
         path = f"/{context.endpoint}"
         try:
-            return await send(path, body, headers)
+            return await send(path, payload, headers)
         except UpstreamError as error:
             added = "return_token_ids" in body and not asked.token_ids
             if error.status != 400 or not added or "return_token_ids" not in error.message:
@@ -235,7 +241,7 @@ class RecordingProxy:
         self.token_ids_rejected = True
         log.warning("the upstream refuses return_token_ids; no longer asking for token ids")
         body = {k: v for k, v in body.items() if k != "return_token_ids"}
-        return await send(path, body, headers)
+        return await send(path, orjson.dumps(body), headers)
 
     async def _refuse(self, context: CallContext, stop: MonitorStop) -> Response:
         """Answer a request of a stopped session without forwarding it; record it as refused."""

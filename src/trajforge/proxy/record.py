@@ -155,18 +155,23 @@ def _without_prompt_ids(call: CapturedCall) -> dict[str, Any]:
     response, ids = call.response, call.prompt_token_ids
     if not response or not ids:
         return {}
-    if response.get("prompt_token_ids") == ids:
+    if _same(response.get("prompt_token_ids"), ids):
         slim = {k: v for k, v in response.items() if k != "prompt_token_ids"}
         return {"response": slim, "response_prompt_ids": "body"}
     choices = response.get("choices")
     if not isinstance(choices, list) or not choices:
         return {}
     first, *rest = choices
-    if isinstance(first, dict) and first.get("prompt_token_ids") == ids:
+    if isinstance(first, dict) and _same(first.get("prompt_token_ids"), ids):
         slim_first = {k: v for k, v in first.items() if k != "prompt_token_ids"}
         slim = {**response, "choices": [slim_first, *rest]}
         return {"response": slim, "response_prompt_ids": "choice"}
     return {}
+
+
+def _same(ids: Any, other: list[int]) -> bool:
+    """`ids == other`, at once when they are the same list (as the proxy's answers hold)."""
+    return ids is other or ids == other
 
 
 def _with_prompt_ids(response: dict[str, Any], where: str, ids: list[int]) -> dict[str, Any]:

@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import orjson
+
 
 class AskOptions(Protocol):
     """What to ask the upstream for (`ProxyConfig`, in-process `CaptureOptions`)."""
@@ -54,6 +56,21 @@ def augment(
     if not asked.usage:
         upstream["stream_options"] = {**stream_options, "include_usage": True}
     return upstream, asked
+
+
+def upstream_bytes(raw: bytes, body: dict[str, Any], upstream: dict[str, Any]) -> bytes:
+    """`upstream` (from `augment(body)`) as bytes: the client's own bytes `raw` (the JSON
+    object `body` was read from) with the proxy's fields added before its closing `}`, when
+    the proxy only added fields; serialized anew when it changed one the client sent."""
+    added = {key: value for key, value in upstream.items() if key not in body}
+    if not body or len(added) + len(body) != len(upstream):
+        return orjson.dumps(upstream)
+    if any(upstream[key] is not value for key, value in body.items()):
+        return orjson.dumps(upstream)
+    if not added:
+        return raw
+    end = raw.rstrip(b" \t\n\r")
+    return end[:-1] + b"," + orjson.dumps(added)[1:]
 
 
 def _choice_for_client(choice: dict[str, Any], asked: ClientAsked) -> dict[str, Any]:

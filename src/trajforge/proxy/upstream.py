@@ -133,12 +133,13 @@ class Upstream:
     async def post(
         self,
         path: str,
-        body: dict[str, Any],
+        body: bytes,
         headers: dict[str, str],
         parse: Callable[[bytes], Any] = orjson.loads,
     ) -> dict:
-        """A non-streamed call: the JSON answer decoded by `parse`, or an `UpstreamError`."""
-        response = await self._send("POST", path, headers, orjson.dumps(body))
+        """A non-streamed call of the JSON `body`: the answer decoded by `parse`, or an
+        `UpstreamError`."""
+        response = await self._send("POST", path, headers, body)
         content = await self._read_all(response)
         if response.status != 200:
             raise status_error(response.status, content)
@@ -152,10 +153,11 @@ class Upstream:
         return data
 
     async def open_stream(
-        self, path: str, body: dict[str, Any], headers: dict[str, str]
+        self, path: str, body: bytes, headers: dict[str, str]
     ) -> aiohttp.ClientResponse:
-        """Start a streamed call; the open response, or an `UpstreamError` before any chunk."""
-        response = await self._send("POST", path, headers, orjson.dumps(body))
+        """Start a streamed call of the JSON `body`; the open response, or an `UpstreamError`
+        before any chunk."""
+        response = await self._send("POST", path, headers, body)
         if response.status != 200:
             raise status_error(response.status, await self._read_all(response))
         return response

@@ -15,17 +15,19 @@ from trajforge.proxy.record import Endpoint
 SHORT = 60
 
 
-def request_problem(endpoint: Endpoint, body: dict[str, Any]) -> str | None:
-    """Why `body` cannot be forwarded and recorded, or None when it can."""
+def request_problem(endpoint: Endpoint, body: dict[str, Any], checked: int = 0) -> str | None:
+    """Why `body` cannot be forwarded and recorded, or None when it can; the first `checked`
+    messages are known to be fine (they were a previous request's)."""
     if endpoint == "chat/completions":
-        return _messages_problem(body.get("messages"))
+        return _messages_problem(body.get("messages"), checked)
     return _prompt_problem(body.get("prompt"))
 
 
-def _messages_problem(messages: Any) -> str | None:
+def _messages_problem(messages: Any, checked: int) -> str | None:
     if not isinstance(messages, list):
         return f"'messages' must be a list of messages, got {_short(messages)}"
-    for position, message in enumerate(messages):
+    for position in range(checked, len(messages)):
+        message = messages[position]
         if not isinstance(message, dict):
             return f"messages[{position}] must be an object, got {_short(message)}"
         if not isinstance(message.get("role"), str):

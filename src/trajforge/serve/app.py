@@ -4,12 +4,15 @@
 generated tokens, arguments as JSON strings), `finish_reason`, `usage`, the vLLM-style token
 fields the proxy and the RL export read (`prompt_token_ids` at the top, `token_ids` in the
 choice) and, when asked (`logprobs: true`), `choices[].logprobs.content` with the model's own
-log-probabilities. `stream: true` returns the same answer as SSE chunks. `GET /v1/models`
-lists the checkpoint.
+log-probabilities. `stream: true` sends each token as it is generated (server-sent events,
+`trajforge.serve.stream`). `GET /v1/models` lists the checkpoint.
 
 Concurrent requests are batched: requests wait at most `max_wait_ms` for company, then all
 waiting requests with the same sampling settings (up to `max_batch`) are decoded together by
-one `Student.generate` call, one forward pass per token for the whole batch.
+one `Student.generate` call, one forward pass per token for the whole batch. Each prompt is
+fed from the longest prefix whose key/value states the server still holds from an earlier
+request (`trajforge.serve.prefix_cache`): a session that sends its conversation again costs
+only the tokens it added.
 
 A request is parsed and checked (`trajforge.serve.request`) before it is queued: a wrong
 field, a body that is not a JSON object or one over `max_body_bytes` is answered with a 4xx
@@ -33,11 +36,12 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response, StreamingResponse
 from pydantic import BaseModel, Field
 
-from trajforge.models.mock_answers import Answer, chat_body, chat_chunks
-from trajforge.models.tool_text import CALL_OPEN
+from trajforge.models.mock_answers import Answer, chat_body
 from trajforge.openai_wire import error_body
+from trajforge.serve.prefix_cache import DEFAULT_TOKENS, PrefixCache
 from trajforge.serve.request import MAX_BODY_BYTES, BadRequest, ChatRequest, parse_chat_request
-from trajforge.serve.student import Student, answer_message, finish_reason
+from trajforge.serve.stream import TokenStream, sse_events
+from trajforge.serve.student import Generated, Student, TokenSink, answer_message, finish_reason
 
 DEFAULT_MAX_TOKENS = 48
 log = logging.getLogger(__name__)
@@ -52,6 +56,12 @@ class ServeConfig(BaseModel):
     )
     max_body_bytes: int = Field(
         default=MAX_BODY_BYTES, ge=1024, description="Larger request bodies get a 413."
+    )
+    prefix_cache_tokens: int = Field(
+        default=DEFAULT_TOKENS,
+        ge=0,
+        description="Tokens of served sequences whose key/value states are kept for reuse by "
+        "later requests that extend them (0: no prefix cache).",
     )
 
 
@@ -72,7 +82,10 @@ def error_response(status: int, message: str) -> Response:
 class _Pending:
     request: ChatRequest
     prompt: list[int]
+    answer_id: str
     future: asyncio.Future = field(repr=False)
+    arrivals: asyncio.Queue | None = field(default=None, repr=False)
+    """A streamed request's tokens as they are chosen, then its answer (`serve.stream`)."""
 
     def key(self) -> tuple[float, int]:
         return (float(self.request.temperature or 0.0), _max_tokens(self.request))
@@ -101,8 +114,8 @@ class StudentApp:
     """The ASGI app and its batching loop."""
 
     def __init__(self, student: Student, config: ServeConfig | None = None) -> None:
-        self.student = student
         self.config = config or ServeConfig()
+        self.use(student)
         self.max_batch = self.config.max_batch
         self.max_wait_s = self.config.max_wait_ms / 1000
         self.batches: list[int] = []
@@ -113,6 +126,13 @@ class StudentApp:
         self.app.post("/v1/chat/completions")(self.chat_completions)
         self.app.get("/v1/models")(self.models)
         self._add_error_handlers()
+
+    def use(self, student: Student) -> None:
+        """Serve `student` from now on, with an empty prefix cache (the cached states are
+        those of the weights that computed them; a batch still running keeps its own)."""
+        self.student = student
+        size = self.config.prefix_cache_tokens
+        self.prefix_cache = PrefixCache(size) if size else None
 
     def _add_error_handlers(self) -> None:
         async def bad_request(request: Request, exc: Exception) -> Response:
@@ -152,16 +172,20 @@ class StudentApp:
 
     async def chat_completions(self, request: Request) -> Response:
         checked = parse_chat_request(await self.body(request))
-        prompt = self.student.codec.prompt(checked.message_list, checked.tool_list)
+        student = self.student
+        prompt = student.codec.prompt(checked.message_list, checked.tool_list)
+        prompt = student.fit(prompt, _max_tokens(checked))
         future = asyncio.get_running_loop().create_future()
-        await self.queue.put(_Pending(checked, prompt, future))
-        answer = await future
-        body = checked.body
+        pending = _Pending(checked, prompt, f"chatcmpl-student-{next(self._ids)}", future)
         if checked.stream:
-            events = [b"data: " + orjson.dumps(c) + b"\n\n" for c in chat_chunks(answer, body)]
-            events.append(b"data: [DONE]\n\n")
-            return StreamingResponse(iter([b"".join(events)]), media_type="text/event-stream")
-        return _JSON(chat_body(answer, body))
+            pending.arrivals = asyncio.Queue()
+            model = checked.model or student.name
+            stream = TokenStream(student.codec, checked, pending.answer_id, model)
+            await self.queue.put(pending)
+            events = sse_events(stream, prompt, pending.arrivals)
+            return StreamingResponse(events, media_type="text/event-stream")
+        await self.queue.put(pending)
+        return _JSON(chat_body(await future, checked.body))
 
     async def models(self) -> Response:
         entry = {"id": self.student.name, "object": "model", "created": 0, "owned_by": "trajforge"}
@@ -188,44 +212,52 @@ class StudentApp:
         except Exception as exc:
             log.error("a batch of %d request(s) failed", len(items), exc_info=exc)
             for item in items:
-                if not item.future.done():
+                if item.arrivals is not None:
+                    item.arrivals.put_nowait(exc)
+                elif not item.future.done():
                     item.future.set_exception(exc)
 
     async def _run(self, items: list[_Pending], temperature: float, max_tokens: int) -> None:
         self.batches.append(len(items))
         seed = items[0].request.seed or next(self._ids)
+        student, cache = self.student, self.prefix_cache
         generated = await asyncio.to_thread(
-            self.student.generate, [i.prompt for i in items], max_tokens, temperature, seed
-        )
+            student.generate, [i.prompt for i in items], max_tokens, temperature, seed, cache,
+            _token_sink(items, asyncio.get_running_loop()),
+        )  # fmt: skip
         for item, gen in zip(items, generated, strict=True):
-            if not item.future.done():  # a client that hung up has cancelled its future
-                item.future.set_result(self._answer(item, gen))
+            answer = self._answer(student, item, gen)
+            if item.arrivals is not None:
+                item.arrivals.put_nowait(answer)
+            elif not item.future.done():  # a client that hung up has cancelled its future
+                item.future.set_result(answer)
 
-    def _answer(self, item: _Pending, gen) -> Answer:
-        answer_id = f"chatcmpl-student-{next(self._ids)}"
-        codec = self.student.codec
+    def _answer(self, student: Student, item: _Pending, gen: Generated) -> Answer:
+        answer_id = item.answer_id
+        codec = student.codec
         message = answer_message(codec, gen, item.request.tool_list, answer_id)
         pieces = codec.pieces(gen.token_ids)
         return Answer(
             id=answer_id,
-            model=item.request.model or self.student.name,
+            model=item.request.model or student.name,
             message=message,
             finish_reason=finish_reason(message, gen),
             prompt_ids=gen.prompt_ids,
             token_ids=gen.token_ids,
             logprobs=gen.logprobs,
             pieces=pieces,
-            content_tokens=_content_tokens(pieces, codec.pieces([codec.eos_id])[0]),
+            cached_tokens=gen.cached_tokens,
         )
 
 
-def _content_tokens(pieces: list[str], eos_piece: str) -> int:
-    """Tokens before the first tool call (a compact `<|call|>`, or where a `<tool_call>` tag
-    starts) and the end of turn: what is streamed as content deltas."""
-    cut = "".join(pieces).find(CALL_OPEN)
-    length = 0
-    for position, piece in enumerate(pieces):
-        if piece in ("<|call|>", eos_piece) or 0 <= cut < length + len(piece):
-            return position
-        length += len(piece)
-    return len(pieces)
+def _token_sink(items: list[_Pending], loop: asyncio.AbstractEventLoop) -> TokenSink | None:
+    """Hands each token of a streamed request to its stream (from the decoding thread)."""
+    if all(item.arrivals is None for item in items):
+        return None
+
+    def sink(row: int, token: int, logprob: float) -> None:
+        arrivals = items[row].arrivals
+        if arrivals is not None:
+            loop.call_soon_threadsafe(arrivals.put_nowait, (token, logprob))
+
+    return sink

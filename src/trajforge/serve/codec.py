@@ -81,6 +81,12 @@ class Codec(Protocol):
         """Text of each token."""
         ...
 
+    def visible_text(self, ids: Sequence[int], tools: Sequence[dict]) -> str:
+        """The content a stream may show of the ids generated so far: the text before any
+        tool call, without a tail that could still begin one (or an unfinished character).
+        Growing `ids` only ever appends to it."""
+        ...
+
     def to_json(self) -> dict[str, Any]:
         """What a checkpoint's manifest stores to rebuild (and identify) the codec."""
         ...
@@ -222,6 +228,14 @@ class CompactCodec:
     def pieces(self, ids: Sequence[int]) -> list[str]:
         return [self.inverse.get(i, "<|unk|>") for i in ids]
 
+    def visible_text(self, ids: Sequence[int], tools: Sequence[dict]) -> str:
+        words_before: list[str] = []
+        for token in self.pieces(ids):
+            if token in ("<|end|>", "<|call|>", "<|arg|>"):
+                break
+            words_before.append(token)
+        return _join(words_before)
+
     def decode(self, ids: Sequence[int], tools: Sequence[dict]) -> dict[str, Any]:
         """Words up to `<|end|>`; `<|call|>` / `<|arg|>` segments become tool calls (with no
         tools offered they are dropped: the content is the words before the first one)."""
@@ -335,6 +349,11 @@ class HFCodec:
     def pieces(self, ids: Sequence[int]) -> list[str]:
         return list(self.tokenizer.batch_decode([[i] for i in ids]))
 
+    def visible_text(self, ids: Sequence[int], tools: Sequence[dict]) -> str:
+        text = self.tokenizer.decode(list(ids), skip_special_tokens=True)
+        opening = tool_text.CALL_OPEN if self.tool_format == "text" else "{"
+        return _before_call(text.rstrip("\ufffd"), opening)
+
     def decode(self, ids: Sequence[int], tools: Sequence[dict]) -> dict[str, Any]:
         text = self.tokenizer.decode(list(ids), skip_special_tokens=True)
         if self.tool_format == "text":
@@ -347,6 +366,17 @@ class HFCodec:
 
     def to_json(self) -> dict[str, Any]:
         return {"kind": "hf", "tools": self.tool_format, "tokenizer": self.fingerprint}
+
+
+def _before_call(text: str, opening: str) -> str:
+    """`text` up to where a call opens, less a tail that may be the start of `opening`."""
+    cut = text.find(opening)
+    if cut >= 0:
+        return text[:cut]
+    for size in range(min(len(opening) - 1, len(text)), 0, -1):
+        if opening.startswith(text[-size:]):
+            return text[:-size]
+    return text
 
 
 def _text_reply(parsed: tool_text.ParsedReply) -> dict[str, Any]:

@@ -82,7 +82,7 @@ def add_reload_route(served: StudentApp, token: str | None) -> None:
             raise BadRequest(400, str(exc)) from None
         if codec_identity(student) != codec_identity(served.student):
             raise BadRequest(409, f"{path}: its tokenizer differs from the served one")
-        served.student = student
+        served.use(student)
         answer = {"checkpoint": str(path), "codec": codec_identity(student)}
         return Response(orjson.dumps(answer), media_type="application/json")
 

@@ -11,12 +11,13 @@ file or Hugging Face directory is loaded the same way, with its own tokenizer an
 `Student.generate(prompts)` decodes a whole batch in lock-step: prompts are left-padded, one
 forward pass per new token over the batch with a key/value cache. That single call serves
 concurrent HTTP requests (`trajforge serve`) and the batched evaluator alike, so what is
-measured is what is served.
+measured is what is served. Given a `PrefixCache`, each row starts from the cached states of
+its prompt's longest served prefix and only the rest is fed (`_Batch.reusing`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,11 +27,16 @@ import orjson
 from trajforge.errors import UserError, one_line
 from trajforge.models.smollm import is_pretrained, resolve_model
 from trajforge.serve.codec import SPECIALS, Codec, CompactCodec, HFCodec
+from trajforge.serve.prefix_cache import Entry, Hit, PrefixCache
 
 MANIFEST = "trajforge.json"
 MODEL_DIR = "model"
 BASE_CONTEXT = 2048
 """Longest sequence (tokens) a pretrained model is served with when it is not a checkpoint."""
+MAX_ROWS = 512
+"""Prompts decoded together at most by one `Student.generate` call (more run in turn)."""
+TokenSink = Callable[[int, int, float], None]
+"""Called as each token is chosen: (row, token id, logprob)."""
 
 
 @dataclass
@@ -41,6 +47,8 @@ class Generated:
     token_ids: list[int]
     logprobs: list[float]
     finish_reason: str
+    cached_tokens: int = 0
+    """Prompt tokens whose states were reused (the prefix cache's, or a `DecodeSession`'s)."""
 
 
 def read_manifest(path: Path) -> dict[str, Any]:
@@ -108,19 +116,27 @@ class Student:
         max_new_tokens: int = 24,
         temperature: float = 0.0,
         seed: int = 0,
+        prefix_cache: PrefixCache | None = None,
+        on_token: TokenSink | None = None,
     ) -> list[Generated]:
-        """Greedy (temperature 0) or sampled completions of every prompt, batched."""
+        """Greedy (temperature 0) or sampled completions of every prompt, batched.
+
+        With a `prefix_cache`, each prompt is fed from its longest cached prefix on and every
+        served sequence is kept there; the result is the same (within float rounding).
+        `on_token(row, token_id, logprob)` is called for each token as it is chosen."""
         import torch
 
         results: list[Generated] = []
         generator = torch.Generator().manual_seed(seed)
         with torch.inference_mode():
-            for start in range(0, len(prompts), 512):
-                chunk = [self._fit(p, max_new_tokens) for p in prompts[start : start + 512]]
-                results += _decode(self, chunk, max_new_tokens, temperature, generator)
+            for start in range(0, len(prompts), MAX_ROWS):
+                chunk = [self.fit(p, max_new_tokens) for p in prompts[start : start + MAX_ROWS]]
+                sink = _shifted(on_token, start)
+                sampling = _Sampling(max_new_tokens, temperature, generator, sink)
+                results += _decode(self, chunk, sampling, prefix_cache)
         return results
 
-    def _fit(self, prompt: Sequence[int], room: int) -> list[int]:
+    def fit(self, prompt: Sequence[int], room: int) -> list[int]:
         """Keep the most recent tokens when a prompt is longer than the context."""
         limit = self.max_context - room
         return list(prompt[-limit:]) if len(prompt) > limit else list(prompt)
@@ -135,6 +151,13 @@ class Student:
             logprobs = torch.log_softmax(logits.float(), dim=-1)
         picked = logprobs.gather(1, torch.tensor(list(completion_ids)).unsqueeze(1))
         return [float(x) for x in picked.squeeze(1)]
+
+
+def _shifted(sink: TokenSink | None, offset: int) -> TokenSink | None:
+    """`sink` for rows counted from `offset` (a later chunk of a long batch)."""
+    if sink is None or not offset:
+        return sink
+    return lambda row, token, logprob: sink(row + offset, token, logprob)
 
 
 def _load_model(path: Path) -> Any:
@@ -163,58 +186,173 @@ def _cache_argument(model: Any) -> str:
     return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
 
-def _decode(
-    student: Student, prompts: list[list[int]], max_new: int, temperature: float, generator: Any
-) -> list[Generated]:
-    import torch
-    from transformers import DynamicCache
+class _Batch:
+    """The decoding state of a batch: key/value cache, attention mask, each row's last position.
 
-    pad, eos = student.codec.pad_id, student.codec.eos_id
-    width = max(len(p) for p in prompts)
-    ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts])
-    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
-    positions = (mask.cumsum(1) - 1).clamp(min=0)
-    cache = DynamicCache()
-    out_tokens: list[list[int]] = [[] for _ in prompts]
-    out_logprobs: list[list[float]] = [[] for _ in prompts]
-    done = torch.zeros(len(prompts), dtype=torch.bool)
-    step_ids, step_positions = ids, positions
-    cache_arg = _cache_argument(student.model)
-    for _ in range(max_new):
-        output = student.model(
-            input_ids=step_ids,
-            attention_mask=mask,
-            position_ids=step_positions,
+    A row's tokens need not be contiguous: a segment is left-padded, a finished row is fed
+    masked tokens, and positions continue from the row's last real token, so a row's states
+    are exactly those of its tokens alone (padding is never attended to)."""
+
+    def __init__(self, student: Student, cache: Any, mask: Any, last: Any) -> None:
+        self.student = student
+        self.cache, self.mask, self.last = cache, mask, last
+        self.cache_arg = _cache_argument(student.model)
+
+    @classmethod
+    def empty(cls, student: Student, rows: int) -> _Batch:
+        import torch
+        from transformers import DynamicCache
+
+        mask = torch.zeros(rows, 0, dtype=torch.long)
+        return cls(student, DynamicCache(), mask, torch.full((rows,), -1, dtype=torch.long))
+
+    @classmethod
+    def reusing(cls, student: Student, hits: Sequence[Hit]) -> _Batch:
+        """A batch whose rows start with the cached states of their hits (left-padded)."""
+        import torch
+        from transformers import DynamicCache
+
+        width = max((h.length for h in hits), default=0)
+        if width == 0:
+            return cls.empty(student, len(hits))
+        layers = []
+        for layer in range(len(next(h.entry for h in hits if h.entry and h.length).keys)):
+            layers.append(tuple(_stack(hits, width, layer, kind) for kind in ("keys", "values")))
+        mask = torch.tensor([[0] * (width - h.length) + [1] * h.length for h in hits])
+        last = torch.tensor([h.length - 1 for h in hits])
+        return cls(student, DynamicCache(ddp_cache_data=layers), mask, last)
+
+    def feed(self, segments: Sequence[Sequence[int]]) -> Any:
+        """Feed each row its segment (at least one token each); the next-token logprobs."""
+        import torch
+
+        pad = self.student.codec.pad_id
+        width = max(len(s) for s in segments)
+        ids = torch.tensor([[pad] * (width - len(s)) + list(s) for s in segments])
+        seg_mask = torch.tensor([[0] * (width - len(s)) + [1] * len(s) for s in segments])
+        positions = self.last.unsqueeze(1) + seg_mask.cumsum(1)
+        self.last = positions[:, -1].clone()
+        return self._forward(ids, seg_mask, positions.clamp(min=0))
+
+    def step(self, chosen: Any, live: Any) -> Any:
+        """Feed each live row its chosen token (finished rows get a masked one)."""
+        self.last = self.last + live
+        return self._forward(chosen.unsqueeze(1), live.unsqueeze(1), self.last.unsqueeze(1))
+
+    def _forward(self, ids: Any, new_mask: Any, positions: Any) -> Any:
+        import torch
+
+        self.mask = torch.cat([self.mask, new_mask], dim=1)
+        output = self.student.model(
+            input_ids=ids,
+            attention_mask=self.mask,
+            position_ids=positions,
             use_cache=True,
             logits_to_keep=1,
-            **{cache_arg: cache},
+            **{self.cache_arg: self.cache},
         )
-        logprobs = torch.log_softmax(output.logits[:, -1].float(), dim=-1)
-        if temperature > 0:
-            probs = torch.softmax(logprobs / temperature, dim=-1)
-            chosen = torch.multinomial(probs, 1, generator=generator).squeeze(1)
-        else:
-            chosen = logprobs.argmax(dim=-1)
+        return torch.log_softmax(output.logits[:, -1].float(), dim=-1)
+
+    def entry(self, row: int, tokens: list[int]) -> Entry:
+        """The states of `row` (its `tokens`, every one fed) as a prefix cache entry."""
+        index = self.mask[row].nonzero().squeeze(1)
+        assert len(index) == len(tokens), "a row's fed tokens and its states disagree"
+        keys = [layer.keys[row].index_select(1, index) for layer in self.cache.layers]
+        values = [layer.values[row].index_select(1, index) for layer in self.cache.layers]
+        return Entry(tokens, keys, values)
+
+
+def _stack(hits: Sequence[Hit], width: int, layer: int, kind: str) -> Any:
+    """One layer's keys (or values) of the hits' entries, left-padded to `width` tokens."""
+    sample = getattr(next(h.entry for h in hits if h.entry and h.length), kind)[layer]
+    heads, _, dim = sample.shape
+    out = sample.new_zeros(len(hits), heads, width, dim)
+    for row, hit in enumerate(hits):
+        if hit.entry is not None and hit.length:
+            out[row, :, width - hit.length :] = getattr(hit.entry, kind)[layer][:, : hit.length]
+    return out
+
+
+@dataclass
+class _Sampling:
+    max_new: int
+    temperature: float
+    generator: Any
+    on_token: TokenSink | None = None
+
+
+def _sample_loop(
+    batch: _Batch, logprobs: Any, fed: list[list[int]], sampling: _Sampling
+) -> tuple[list[list[int]], list[list[float]]]:
+    """Choose up to `max_new` tokens per row from `logprobs` on; the tokens fed back are
+    appended to `fed` (a finished row's end token and the last token are not fed)."""
+    import torch
+
+    eos = batch.student.codec.eos_id
+    tokens: list[list[int]] = [[] for _ in fed]
+    scores: list[list[float]] = [[] for _ in fed]
+    done = torch.zeros(len(fed), dtype=torch.bool)
+    for step in range(sampling.max_new):
+        chosen = _choose(logprobs, sampling)
         picked = logprobs.gather(1, chosen.unsqueeze(1)).squeeze(1)
         for row in (~done).nonzero().flatten().tolist():
-            out_tokens[row].append(int(chosen[row]))
-            out_logprobs[row].append(float(picked[row]))
+            token, score = int(chosen[row]), float(picked[row])
+            tokens[row].append(token)
+            scores[row].append(score)
+            if sampling.on_token is not None:
+                sampling.on_token(row, token, score)
         done |= chosen == eos
-        if bool(done.all()):
+        if bool(done.all()) or step == sampling.max_new - 1:
             break
-        step_ids = chosen.unsqueeze(1)
-        step_positions = positions[:, -1:] + 1
-        positions = torch.cat([positions, step_positions], dim=1)
-        mask = torch.cat([mask, torch.ones(len(prompts), 1, dtype=mask.dtype)], dim=1)
+        live = (~done).long()
+        for row in live.nonzero().flatten().tolist():
+            fed[row].append(int(chosen[row]))
+        logprobs = batch.step(chosen, live)
+    return tokens, scores
+
+
+def _choose(logprobs: Any, sampling: _Sampling) -> Any:
+    import torch
+
+    if sampling.temperature > 0:
+        probs = torch.softmax(logprobs / sampling.temperature, dim=-1)
+        return torch.multinomial(probs, 1, generator=sampling.generator).squeeze(1)
+    return logprobs.argmax(dim=-1)
+
+
+def _results(
+    prompts: Sequence[list[int]], tokens: list[list[int]], scores: list[list[float]],
+    eos: int, cached: Sequence[int],
+) -> list[Generated]:  # fmt: skip
     return [
         Generated(
             prompt_ids=prompt,
-            token_ids=tokens,
-            logprobs=logprobs,
-            finish_reason="stop" if tokens and tokens[-1] == eos else "length",
+            token_ids=row_tokens,
+            logprobs=row_scores,
+            finish_reason="stop" if row_tokens and row_tokens[-1] == eos else "length",
+            cached_tokens=reused,
         )
-        for prompt, tokens, logprobs in zip(prompts, out_tokens, out_logprobs, strict=True)
+        for prompt, row_tokens, row_scores, reused in zip(
+            prompts, tokens, scores, cached, strict=True
+        )
     ]
+
+
+def _decode(
+    student: Student, prompts: list[list[int]], sampling: _Sampling, cache: PrefixCache | None
+) -> list[Generated]:
+    """Decode a batch, each prompt fed from its longest cached prefix on; every row's
+    sequence (prompt and the generated tokens fed back) is then kept in `cache`."""
+    hits = [cache.lookup(p) for p in prompts] if cache is not None else [Hit() for _ in prompts]
+    batch = _Batch.reusing(student, hits)
+    logprobs = batch.feed([p[h.length :] for p, h in zip(prompts, hits, strict=True)])
+    fed = [list(p) for p in prompts]
+    tokens, scores = _sample_loop(batch, logprobs, fed, sampling)
+    if cache is not None:
+        for row, hit in enumerate(hits):
+            cache.store(batch.entry(row, fed[row]), hit.entry)
+    eos = student.codec.eos_id
+    return _results(prompts, tokens, scores, eos, [h.length for h in hits])
 
 
 def answer_message(
@@ -257,20 +395,19 @@ class DecodeSession:
 
     def __init__(self, student: Student) -> None:
         self.student = student
-        self.cache: Any = None
+        self.batch: _Batch | None = None
         self.fed: list[list[int]] = []
-        self.mask: Any = None
-        self.last: Any = None
 
     def keep(self, rows: Sequence[int]) -> None:
         """Drop every row not listed (finished conversations), keeping the order given."""
         import torch
 
-        if self.cache is None:
+        if self.batch is None:
             return
         index = torch.tensor(list(rows), dtype=torch.long)
-        self.cache.batch_select_indices(index)
-        self.mask, self.last = self.mask[index], self.last[index]
+        batch = self.batch
+        batch.cache.batch_select_indices(index)
+        batch.mask, batch.last = batch.mask[index], batch.last[index]
         self.fed = [self.fed[i] for i in rows]
 
     def generate(
@@ -280,86 +417,24 @@ class DecodeSession:
         import torch
 
         rows = [list(p) for p in prompts]
-        if not self._extends(rows, max_new_tokens):
-            self._reset(len(rows))
-            rows = [self.student._fit(p, max_new_tokens) for p in rows]
+        if self.batch is None or not self._extends(rows, max_new_tokens):
+            self.batch = _Batch.empty(self.student, len(rows))
+            self.fed = [[] for _ in rows]
+            rows = [self.student.fit(p, max_new_tokens) for p in rows]
         segments = [p[len(f) :] for p, f in zip(rows, self.fed, strict=True)]
-        generator = torch.Generator().manual_seed(seed)
+        sampling = _Sampling(max_new_tokens, temperature, torch.Generator().manual_seed(seed))
         with torch.inference_mode():
-            out = self._run(rows, segments, max_new_tokens, temperature, generator)
-        return out
+            logprobs = self.batch.feed(segments)
+            self.fed = [list(p) for p in rows]
+            tokens, scores = _sample_loop(self.batch, logprobs, self.fed, sampling)
+        reused = [len(p) - len(s) for p, s in zip(rows, segments, strict=True)]
+        return _results(rows, tokens, scores, self.student.codec.eos_id, reused)
 
     def _extends(self, prompts: list[list[int]], room: int) -> bool:
-        if self.cache is None or len(prompts) != len(self.fed):
+        if len(prompts) != len(self.fed):
             return False
         limit = self.student.max_context - room
         return all(
             len(p) > len(f) and len(p) <= limit and p[: len(f)] == f
             for p, f in zip(prompts, self.fed, strict=True)
         )
-
-    def _reset(self, rows: int) -> None:
-        import torch
-        from transformers import DynamicCache
-
-        self.cache = DynamicCache()
-        self.fed = [[] for _ in range(rows)]
-        self.mask = torch.zeros(rows, 0, dtype=torch.long)
-        self.last = torch.full((rows,), -1, dtype=torch.long)
-
-    def _forward(self, ids: Any, new_mask: Any, positions: Any) -> Any:
-        import torch
-
-        self.mask = torch.cat([self.mask, new_mask], dim=1)
-        output = self.student.model(
-            input_ids=ids,
-            attention_mask=self.mask,
-            position_ids=positions,
-            use_cache=True,
-            logits_to_keep=1,
-            **{_cache_argument(self.student.model): self.cache},
-        )
-        return torch.log_softmax(output.logits[:, -1].float(), dim=-1)
-
-    def _run(self, prompts, segments, max_new, temperature, generator) -> list[Generated]:
-        import torch
-
-        codec = self.student.codec
-        width = max(len(s) for s in segments)
-        ids = torch.tensor([[codec.pad_id] * (width - len(s)) + s for s in segments])
-        seg_mask = torch.tensor([[0] * (width - len(s)) + [1] * len(s) for s in segments])
-        positions = self.last.unsqueeze(1) + seg_mask.cumsum(1)
-        self.last = positions[:, -1].clone()
-        logprobs = self._forward(ids, seg_mask, positions.clamp(min=0))
-        for row, prompt in enumerate(prompts):
-            self.fed[row] = list(prompt)
-        tokens: list[list[int]] = [[] for _ in prompts]
-        scores: list[list[float]] = [[] for _ in prompts]
-        done = torch.zeros(len(prompts), dtype=torch.bool)
-        for step in range(max_new):
-            if temperature > 0:
-                probs = torch.softmax(logprobs / temperature, dim=-1)
-                chosen = torch.multinomial(probs, 1, generator=generator).squeeze(1)
-            else:
-                chosen = logprobs.argmax(dim=-1)
-            picked = logprobs.gather(1, chosen.unsqueeze(1)).squeeze(1)
-            for row in (~done).nonzero().flatten().tolist():
-                tokens[row].append(int(chosen[row]))
-                scores[row].append(float(picked[row]))
-            done |= chosen == codec.eos_id
-            if bool(done.all()) or step == max_new - 1:
-                break
-            live = (~done).long()
-            for row in live.nonzero().flatten().tolist():
-                self.fed[row].append(int(chosen[row]))
-            self.last = self.last + live
-            logprobs = self._forward(chosen.unsqueeze(1), live.unsqueeze(1), self.last.unsqueeze(1))
-        return [
-            Generated(
-                prompt_ids=prompt,
-                token_ids=row_tokens,
-                logprobs=row_scores,
-                finish_reason="stop" if row_tokens and row_tokens[-1] == codec.eos_id else "length",
-            )
-            for prompt, row_tokens, row_scores in zip(prompts, tokens, scores, strict=True)
-        ]

@@ -13,6 +13,14 @@ def model_error_sql(table: str = "") -> str:
     return f"(coalesce({table}termination_reason, '') = 'model_error' AND {table}success IS NOT 1)"
 
 
+TEXT_CLAUSE = (
+    "id IN (SELECT m.id FROM trajectories AS m WHERE m.rowid IN "
+    "(SELECT rowid FROM run_search WHERE run_search MATCH ?))"
+)
+"""Runs whose full-text row matches (written by ids, so the clause stays unambiguous where
+`trajectories` is joined to `run_search`)."""
+
+
 class TrajectoryFilter(BaseModel):
     """Which trajectories to select. Empty fields do not filter."""
 
@@ -30,6 +38,11 @@ class TrajectoryFilter(BaseModel):
     )
     run: str | None = Field(default=None, description="Run name (exact).")
     forks: bool | None = Field(default=None, description="Only forks (True) or originals (False).")
+    text: str | None = Field(
+        default=None,
+        description='Full-text query over the run\'s text (FTS5: words, "phrases", AND / OR / '
+        "NOT, prefix*): messages, tool calls, labels, faults, how it ended.",
+    )
     limit: int | None = Field(default=None, description="At most this many.")
 
     def where(self) -> tuple[str, list[Any]]:
@@ -59,5 +72,8 @@ class TrajectoryFilter(BaseModel):
         if self.ids:
             clauses.append("(" + " OR ".join("id LIKE ?" for _ in self.ids) + ")")
             params.extend(f"{i}%" for i in self.ids)
+        if self.text is not None:
+            clauses.append(TEXT_CLAUSE)
+            params.append(self.text)
         sql = (" WHERE " + " AND ".join(clauses)) if clauses else ""
         return sql, params

@@ -9,7 +9,6 @@ prefix*); a query SQLite cannot parse is a `UserError` that says how to write it
 
 from __future__ import annotations
 
-import sqlite3
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
@@ -18,7 +17,7 @@ from pydantic import BaseModel, Field
 from trajforge.errors import UserError
 from trajforge.schema import OutcomeStatus, outcome_status
 from trajforge.store.filters import TrajectoryFilter, model_error_sql
-from trajforge.store.sqlite import Store, interrupted
+from trajforge.store.sqlite import CHECK_SEARCH_SQL, Store
 
 SortKey = Literal[
     "created", "harness", "model", "environment", "task_id", "success", "steps", "tokens", "reward"
@@ -139,7 +138,7 @@ def page_sql(query: RunQuery) -> list[tuple[str, list[Any]]]:
 def run_page(store: Store, query: RunQuery) -> RunPage:
     """One page of the runs table and the number of runs matching in all."""
     if query.q:
-        check_search(store, query.q)
+        store.check_search(query.q)
     (rows_sql, params), (total_sql, _) = page_sql(query)
     rows = store.db.execute(rows_sql, params).fetchall()
     total = store.db.execute(total_sql, params).fetchone()[0]
@@ -148,25 +147,6 @@ def run_page(store: Store, query: RunQuery) -> RunPage:
     if query.q and rows:
         _attach_snippets(store, query.q, rows, runs)
     return RunPage(total=total, runs=runs)
-
-
-CHECK_SEARCH_SQL = (
-    "SELECT count(*) FROM (SELECT rowid FROM run_search WHERE run_search MATCH ? LIMIT 1)"
-)
-
-
-def check_search(store: Store, q: str) -> None:
-    """A `UserError` that says how to write the query when FTS5 cannot parse `q`."""
-    try:
-        store.db.execute(CHECK_SEARCH_SQL, (q,)).fetchone()
-    except sqlite3.OperationalError as exc:
-        if interrupted(exc):
-            raise
-        raise UserError(
-            f"search query {q!r} is not valid: {str(exc).removeprefix('fts5: ')}. Write words, "
-            '"quoted phrases", AND / OR / NOT, or prefix*; put text with symbols in double '
-            'quotes (for example "#W2378156")'
-        ) from None
 
 
 def _summary(row: tuple) -> RunSummary:
@@ -385,7 +365,7 @@ def group_outcomes(
     store: Store, flt: TrajectoryFilter
 ) -> list[tuple[str | None, bool | None, int, int | None]]:
     """(task id, success, steps, tokens) of every run matching `flt`, in insertion order."""
-    where, params = flt.where()
+    where, params = store.checked_where(flt)
     sql = f"SELECT task_id, success, n_steps, total_tokens FROM trajectories{where} ORDER BY rowid"
     return [
         (task, None if ok is None else bool(ok), steps, tokens)

@@ -28,6 +28,9 @@ BUDGET_CHECK_STEPS = 1000
 prefix* term takes about 0.1 s per 1000 steps on a big index)."""
 PENDING_INDEX_CHARS = 1_000_000
 DB_ENV_VAR = "TRAJFORGE_DB"
+CHECK_SEARCH_SQL = (
+    "SELECT count(*) FROM (SELECT rowid FROM run_search WHERE run_search MATCH ? LIMIT 1)"
+)
 
 _COLUMNS = (
     "id, format_version, harness, model, run, environment, task_id, success, reward, "
@@ -35,6 +38,7 @@ _COLUMNS = (
     "prompt_tokens, completion_tokens, n_labels, n_faults, episode_key, episode_env, "
     "termination_reason, created_at, doc"
 )
+_SEARCH_TEXT = "(SELECT body FROM run_search WHERE run_search.rowid = trajectories.rowid)"
 _N_ROW_VALUES = len(_COLUMNS.split(",")) - 2  # all but created_at and doc
 
 
@@ -500,12 +504,14 @@ class Store:
         max_rows: int = 500,
         max_bytes: int = 4_000_000,
     ) -> Iterator[list[tuple]]:
-        """Values of stored columns (`doc`: the document's JSON bytes), in batches of at most
-        `max_rows` rows or about `max_bytes` of documents, so memory stays bounded."""
-        unknown = set(columns) - set(_COLUMNS.replace(" ", "").split(","))
+        """Values of stored columns (`doc`: the document's JSON bytes; `search_text`: the text
+        the full-text index holds for the run), in batches of at most `max_rows` rows or about
+        `max_bytes` of documents, so memory stays bounded."""
+        unknown = set(columns) - set(_COLUMNS.replace(" ", "").split(",")) - {"search_text"}
         if unknown:
             raise ValueError(f"unknown trajectory columns: {sorted(unknown)}")
-        sql, params = self._select(", ".join(columns), flt)
+        fields = [_SEARCH_TEXT if column == "search_text" else column for column in columns]
+        sql, params = self._select(", ".join(fields), flt)
         batch: list[tuple] = []
         size = 0
         doc_at = columns.index("doc") if "doc" in columns else None
@@ -545,16 +551,35 @@ class Store:
         sql, params = self._select("id", flt)
         return [row[-1] for row in self.db.execute(f"EXPLAIN QUERY PLAN {sql}", params)]
 
+    def check_search(self, q: str) -> None:
+        """A `UserError` that says how to write the query when FTS5 cannot parse `q`."""
+        try:
+            self.db.execute(CHECK_SEARCH_SQL, (q,)).fetchone()
+        except sqlite3.OperationalError as exc:
+            if interrupted(exc):
+                raise
+            raise UserError(
+                f"search query {q!r} is not valid: {str(exc).removeprefix('fts5: ')}. Write "
+                'words, "quoted phrases", AND / OR / NOT, or prefix*; put text with symbols in '
+                'double quotes (for example "#W2378156")'
+            ) from None
+
     def count(self, flt: TrajectoryFilter | None = None) -> int:
         """How many runs `query(flt)` yields (its limit included)."""
         flt = flt or TrajectoryFilter()
-        where, params = flt.where()
+        where, params = self.checked_where(flt)
         found = self.db.execute(f"SELECT COUNT(*) FROM trajectories{where}", params).fetchone()[0]
         return found if flt.limit is None else min(found, flt.limit)
 
+    def checked_where(self, flt: TrajectoryFilter) -> tuple[str, list]:
+        """The filter's WHERE clause, its search checked first (`check_search`)."""
+        if flt.text is not None:
+            self.check_search(flt.text)
+        return flt.where()
+
     def _select(self, fields: str, flt: TrajectoryFilter | None) -> tuple[str, list]:
         flt = flt or TrajectoryFilter()
-        where, params = flt.where()
+        where, params = self.checked_where(flt)
         sql = f"SELECT {fields} FROM trajectories{where} ORDER BY rowid"
         if flt.limit is not None:
             sql += f" LIMIT {int(flt.limit)}"

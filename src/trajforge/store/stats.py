@@ -7,7 +7,8 @@ from statistics import median, quantiles
 from typing import Any
 
 from trajforge.store.filters import TrajectoryFilter
-from trajforge.store.sqlite import Store, TrajectoryRow
+from trajforge.store.parquet import RunRows
+from trajforge.store.sqlite import TrajectoryRow
 
 
 def _group(rows: list[TrajectoryRow], key: str) -> list[dict[str, Any]]:
@@ -47,9 +48,9 @@ def distribution(values: list[int]) -> dict[str, float] | None:
     }
 
 
-def compute_stats(store: Store, flt: TrajectoryFilter | None = None) -> dict[str, Any]:
-    """The stats report as one JSON-ready dict."""
-    rows = store.rows(flt)
+def compute_stats(source: RunRows, flt: TrajectoryFilter | None = None) -> dict[str, Any]:
+    """The stats report as one JSON-ready dict (of the store, or of Parquet shards)."""
+    rows = source.rows(flt)
     tokens = [r.total_tokens for r in rows if r.total_tokens is not None]
     return _counts(rows) | {
         "by_source": _group(rows, "harness"),

@@ -24,11 +24,13 @@ steps are not run (recorded as skipped).
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shlex
 import shutil
 import time
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Literal
 
@@ -37,6 +39,7 @@ from pydantic import BaseModel, Field
 
 from trajforge.envs.swe.sandbox import Layout, SandboxConfig, hand_over, run_sandboxed
 from trajforge.envs.swe_bench import repos
+from trajforge.envs.swe_bench.backends import run_jobs
 from trajforge.envs.swe_bench.cache import COMPLETE, build_once, content_key, is_complete
 from trajforge.envs.swe_bench.instances import Instance
 from trajforge.errors import UserError
@@ -158,16 +161,65 @@ def load_built(spec: EnvSpec, cache: Path) -> BuiltEnv | None:
 
 def ensure_env(instance: Instance, cache: Path, data: str | Path | None = None) -> BuiltEnv:
     """The instance's environment, built now if the cache does not hold it."""
+    return build_env(instance, cache, data)[0]
+
+
+def build_env(
+    instance: Instance, cache: Path, data: str | Path | None = None
+) -> tuple[BuiltEnv, bool]:
+    """The instance's environment, and whether this call built it (False: it was in the
+    cache, or another process built it while this one waited on the lock)."""
     spec = spec_for(instance)
     mirror = repos.mirror(instance, cache, data)
     (cache / "pip").mkdir(exist_ok=True)
-    build_once(env_folder(spec, cache), lambda tmp: _build(instance, spec, mirror, cache, tmp))
+    made = build_once(
+        env_folder(spec, cache), lambda tmp: _build(instance, spec, mirror, cache, tmp)
+    )
     built = load_built(spec, cache)
     if built is None:
         raise BuildError(
             f"{instance.instance_id}: environment {spec.key()} vanished after its build"
         )
-    return built
+    return built, made
+
+
+class BuildResult(BaseModel):
+    """One instance's environment, as a build job reports it."""
+
+    instance_id: str
+    key: str
+    folder: Path
+    seconds: float = Field(description="Wall time of the call (waiting on a lock included).")
+    built_here: bool = Field(description="This call built it (else: found in the cache).")
+    process: int = Field(description="The process that ran the job.")
+
+
+def build_job(instance: Instance, cache: Path, data: str | Path | None = None) -> BuildResult:
+    """Build or find one environment (a job for `backends.run_jobs`)."""
+    started = time.monotonic()
+    built, made = build_env(instance, cache, data)
+    return BuildResult(
+        instance_id=instance.instance_id,
+        key=built.key,
+        folder=built.folder,
+        seconds=round(time.monotonic() - started, 2),
+        built_here=made,
+        process=os.getpid(),
+    )
+
+
+def build_all(
+    instances: Sequence[Instance],
+    cache: Path,
+    data: str | Path | None = None,
+    backend: str = "local",
+    concurrency: int = 1,
+) -> Iterator[BuildResult]:
+    """Build or find the environments of `instances` on `backend`, results as they finish
+    (instances sharing an environment: one builds it, the others wait and reuse it)."""
+    job = functools.partial(build_job, cache=cache, data=data)
+    for _, result in run_jobs(backend, job, instances, concurrency):
+        yield result
 
 
 def build_layout(spec: EnvSpec, cache: Path, temporary: Path, mirror: Path) -> Layout:

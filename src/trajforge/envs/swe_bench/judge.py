@@ -10,17 +10,21 @@ recorded status, not an exception.
 
 from __future__ import annotations
 
+import functools
 import shlex
 import time
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, Field
 
 from trajforge.envs.swe.sandbox import SandboxConfig
-from trajforge.envs.swe_bench.build import BuiltEnv
+from trajforge.envs.swe_bench.backends import run_jobs
+from trajforge.envs.swe_bench.build import BuiltEnv, ensure_env
 from trajforge.envs.swe_bench.instances import Instance
 from trajforge.envs.swe_bench.logs import TestGroup, grade, parse_log
+from trajforge.envs.swe_bench.repos import mirror
 from trajforge.envs.swe_bench.testbed import SETUP_SANDBOX, Testbed
 
 JudgeStatus = Literal["resolved", "unresolved", "patch_failed", "test_patch_failed", "timeout"]
@@ -158,3 +162,34 @@ def judge_patch(
         return judge_in(testbed, patch, config)
     finally:
         testbed.close()
+
+
+class JudgeJob(BaseModel):
+    """A patch to judge on an instance (a job for `backends.run_jobs`)."""
+
+    instance: Instance
+    patch: str = Field(description="A unified diff; empty: the base commit.")
+
+
+def judge_job(
+    job: JudgeJob,
+    cache: Path,
+    data: str | Path | None = None,
+    config: SandboxConfig = JUDGE_SANDBOX,
+) -> JudgeReport:
+    """Build or find the instance's environment, then judge the patch in a new worktree."""
+    built = ensure_env(job.instance, cache, data)
+    return judge_patch(job.instance, built, mirror(job.instance, cache, data), job.patch, config)
+
+
+def judge_all(
+    jobs: Sequence[JudgeJob],
+    cache: Path,
+    data: str | Path | None = None,
+    backend: str = "local",
+    concurrency: int = 1,
+    config: SandboxConfig = JUDGE_SANDBOX,
+) -> Iterator[tuple[int, JudgeReport]]:
+    """Judge each job on `backend`: (index in `jobs`, report) as each finishes."""
+    run = functools.partial(judge_job, cache=cache, data=data, config=config)
+    return run_jobs(backend, run, jobs, concurrency)

@@ -9,16 +9,18 @@ cache (`validation/<instance>-<environment>.json`), so a later run reuses them.
 
 from __future__ import annotations
 
+import functools
 import json
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from pydantic import BaseModel, Field
 
 from trajforge.envs.swe.sandbox import SandboxConfig
 from trajforge.envs.swe_bench import repos
-from trajforge.envs.swe_bench.build import BuildError, ensure_env, load_built, spec_for
+from trajforge.envs.swe_bench.backends import run_jobs
+from trajforge.envs.swe_bench.build import BuildError, build_env, spec_for
 from trajforge.envs.swe_bench.instances import Instance
 from trajforge.envs.swe_bench.judge import JUDGE_SANDBOX, JudgeReport, judge_patch
 
@@ -79,15 +81,14 @@ def validate_instance(
     if cached is not None:
         return cached
     started = time.monotonic()
-    was_built = load_built(spec_for(instance), cache) is not None
     try:
-        built = ensure_env(instance, cache, data)
+        built, made = build_env(instance, cache, data)
     except BuildError as exc:  # recorded, not cached: the next run tries the build again
         return Validation(
             instance_id=instance.instance_id, repo=instance.repo, validated=False,
             reason=f"build failed: {exc}", env_key=key,
         )  # fmt: skip
-    build_s = None if was_built else round(time.monotonic() - started, 1)
+    build_s = round(time.monotonic() - started, 1) if made else None
     mirror = repos.mirror(instance, cache, data)
     base = judge_patch(instance, built, mirror, "", config)
     gold = judge_patch(instance, built, mirror, instance.patch, config)
@@ -103,17 +104,22 @@ def validate_instance(
 
 
 def validate_all(
-    instances: Iterable[Instance],
+    instances: Sequence[Instance],
     cache: Path,
     data: str | Path | None = None,
     progress: Callable[[Validation], None] | None = None,
+    backend: str = "local",
+    concurrency: int = 1,
 ) -> list[Validation]:
-    results = []
-    for instance in instances:
-        results.append(validate_instance(instance, cache, data))
+    """Validate each instance on `backend` (`progress` sees each result as it finishes);
+    the results in the order of `instances`."""
+    job = functools.partial(validate_instance, cache=cache, data=data)
+    results: dict[int, Validation] = {}
+    for index, result in run_jobs(backend, job, instances, concurrency):
+        results[index] = result
         if progress is not None:
-            progress(results[-1])
-    return results
+            progress(result)
+    return [results[index] for index in range(len(instances))]
 
 
 def by_repository(results: list[Validation]) -> dict[str, dict[str, int]]:

@@ -1,19 +1,18 @@
 """The Ray backend: episodes as Ray tasks, in chunks to keep scheduling overhead low.
 
 Uses the running Ray session when there is one, else connects to `$RAY_ADDRESS`, else
-starts a local Ray with `concurrency` CPUs. Specs travel as JSON; each episode comes back as
-a `FinishedEpisode` (the trajectory's JSON document, serialized by the worker from the
-validated model, and its row and summary values), which the driver stores without parsing
-the document again. Workers need only trajforge installed.
+starts a local Ray with `concurrency` CPUs (`processes.ray_session`). Specs travel as JSON;
+each episode comes back as a `FinishedEpisode` (the trajectory's JSON document, serialized
+by the worker from the validated model, and its row and summary values), which the driver
+stores without parsing the document again. Workers need only trajforge installed.
 """
 
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Iterator
 
-from trajforge.errors import UserError
+from trajforge.processes import ray_session
 from trajforge.rollout.runner import EpisodeSpec, FinishedEpisode, Progress, run_and_encode
 
 CHUNKS_PER_WORKER = 4
@@ -21,19 +20,6 @@ CHUNKS_PER_WORKER = 4
 
 def _run_chunk(payloads: list[bytes]) -> list[FinishedEpisode]:
     return [run_and_encode(EpisodeSpec.model_validate_json(p)) for p in payloads]
-
-
-def _ray(concurrency: int):
-    try:
-        import ray
-    except ImportError:
-        raise UserError("the ray backend needs Ray: pip install 'trajforge[ray]'") from None
-    if not ray.is_initialized():
-        if os.environ.get("RAY_ADDRESS"):
-            ray.init(address=os.environ["RAY_ADDRESS"], log_to_driver=False)
-        else:
-            ray.init(num_cpus=max(1, concurrency), include_dashboard=False, log_to_driver=False)
-    return ray
 
 
 def chunked(specs: list[EpisodeSpec], concurrency: int) -> list[list[EpisodeSpec]]:
@@ -52,7 +38,7 @@ def run_ray(
     """
     if not specs:
         return
-    ray = _ray(concurrency)
+    ray = ray_session(concurrency)
     remote = ray.remote(num_cpus=1)(_run_chunk)
     pending = list(reversed(chunked(specs, concurrency)))
     active: dict = {}

@@ -32,6 +32,7 @@ from trajforge.proxy.session import trajectory_id
 from trajforge.rollout.episode import Limits, run_episode
 from trajforge.schema import Task, Trajectory
 from trajforge.serve.app import ServeConfig, StudentApp
+from trajforge.serve.prefix_cache import DEFAULT_TOKENS
 from trajforge.serve.reload import (
     RELOAD_PATH,
     add_reload_route,
@@ -86,8 +87,13 @@ class RolloutStats:
 class RolloutService:
     """`trajforge serve` for a checkpoint and `trajforge proxy` in front of it, on loopback."""
 
-    def __init__(self, checkpoint: Path, db: Path, max_batch: int = 64) -> None:
-        config = ServeConfig(max_batch=max_batch, max_wait_ms=5.0)
+    def __init__(
+        self, checkpoint: Path, db: Path, max_batch: int = 64,
+        prefix_cache_tokens: int = DEFAULT_TOKENS,
+    ) -> None:  # fmt: skip
+        config = ServeConfig(
+            max_batch=max_batch, max_wait_ms=5.0, prefix_cache_tokens=prefix_cache_tokens
+        )
         self.served = StudentApp(Student(checkpoint), config)
         self._reload_token = new_reload_token()
         add_reload_route(self.served, self._reload_token)

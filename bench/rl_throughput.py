@@ -1,0 +1,246 @@
+"""Rollout throughput of one fixed RL iteration: today's serving path against the prefix cache.
+
+    nice -n 15 python bench/rl_throughput.py [--base CKPT] [--tasks 4] [--group 8]
+                                             [--concurrency 32] [--max-steps 20]
+                                             [--out bench/results/rl_throughput.json]
+
+The iteration is the one `train rl` rolls out (`RolloutService.run`, unchanged): `--tasks`
+household difficulty-1 training worlds × `--group` sampled episodes each (temperature 1,
+at most 16 new tokens a call, `--max-steps` agent steps), `--concurrency` episodes at once,
+each an `llm`-policy episode whose every turn goes through the recording proxy to
+`trajforge serve` with the tiny student. The two paths run the same jobs in the same
+process, one after the other:
+
+- **today**: `serve` without a prefix cache (`--prefix-cache 0`): every request re-encodes
+  its whole conversation;
+- **new**: `serve` with its prefix cache: a request feeds only what its conversation added
+  since its last turn (or since the opening its group shares).
+
+Each path reports episodes/s, generated tokens/s, the prompt tokens fed to the model and
+the share of wall time spent inside the model (`Student.generate`, measured around each
+batch), and the bound: the model's FLOPs per token (2 × parameters, plus attention over the
+mean context) times the tokens the path fed, over the matmul rate of this CPU measured here
+(a 512 × 512 float32 product on the server's threads), as episodes/s. The last line is
+`ratio new / today: N.Nx (episodes/s)`; below the 10× goal, the breakdown of where the time
+goes is printed before it. The student is `--base`, or a small one trained here first (the
+learning lab's shape, hidden 128 × 4 layers, on the teacher's successes; a few hundred
+steps: enough to call tools, not to be good).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import orjson
+
+from trajforge.agents.household_teacher import ObservableTeacher
+from trajforge.envs.household import HouseholdEnv, task_for
+from trajforge.generate.recovery import household_rows
+from trajforge.models.openai_compat import OpenAIModelConfig
+from trajforge.rollout.episode import Limits, run_episode
+from trajforge.serve.prefix_cache import DEFAULT_TOKENS
+from trajforge.serve.student import Student
+from trajforge.train.rl.rollouts import RolloutService
+from trajforge.train.rows import sequences
+from trajforge.train.sft import SFTConfig, StepDone, train_sft
+
+GOAL = 10.0
+RESULTS = Path(__file__).parent / "results" / "rl_throughput.json"
+PATHS = {"today": 0, "new": DEFAULT_TOKENS}
+
+
+def train_student(work: Path, worlds: int, steps: int) -> Path:
+    rows: list[dict] = []
+    for seed in range(worlds):
+        run = run_episode(HouseholdEnv(), ObservableTeacher(), task_for(seed, 1))
+        if run.outcome.success:
+            rows += household_rows(run)
+    config = SFTConfig(steps=steps, batch_size=16, lr=2e-3, warmup=20, threads=1,
+                       save_every=steps)  # fmt: skip
+    out = work / "student"
+
+    def progress(done: StepDone) -> None:
+        if done.step % 50 == 0:
+            print(f"  training the student: step {done.step}/{steps}, loss {done.loss:.3f}",
+                  flush=True)  # fmt: skip
+
+    train_sft(sequences(rows), out, config, manifest={"name": "bench-student"}, progress=progress)
+    return out
+
+
+class Meter:
+    """Wraps a served student's `generate`: time inside the model, tokens fed and generated."""
+
+    def __init__(self, student: Student) -> None:
+        self.seconds = 0.0
+        self.batches = 0
+        self.requests = 0
+        self.fed_prompt = 0
+        self.cached = 0
+        self.generated = 0
+        self.context = 0
+        self._lock = threading.Lock()
+        original = student.generate
+
+        def generate(prompts, *args, **kwargs):
+            started = time.perf_counter()
+            out = original(prompts, *args, **kwargs)
+            with self._lock:
+                self.seconds += time.perf_counter() - started
+                self.batches += 1
+                self.requests += len(out)
+                for g in out:
+                    self.fed_prompt += len(g.prompt_ids) - g.cached_tokens
+                    self.cached += g.cached_tokens
+                    self.generated += len(g.token_ids)
+                    self.context += len(g.prompt_ids) + len(g.token_ids) // 2
+            return out
+
+        student.generate = generate  # type: ignore[method-assign]
+
+
+def matmul_rate(size: int = 512, repeats: int = 20) -> float:
+    """FLOP/s of a float32 square matrix product on this process's torch threads."""
+    import torch
+
+    a, b = torch.randn(size, size), torch.randn(size, size)
+    a @ b
+    started = time.perf_counter()
+    for _ in range(repeats):
+        a @ b
+    return 2 * size**3 * repeats / (time.perf_counter() - started)
+
+
+def flops_per_token(student: Student, mean_context: float) -> float:
+    """2 × parameters (input embeddings excluded: a lookup) plus attention's
+    2 × 2 × layers × width × context for the scores and the weighted sum."""
+    model = student.model
+    config = model.config
+    embedding = model.get_input_embeddings().weight.numel()
+    parameters = sum(p.numel() for p in model.parameters()) - embedding
+    if config.tie_word_embeddings:
+        parameters += embedding  # the output projection is the same matrix, multiplied
+    attention = 4 * config.num_hidden_layers * config.hidden_size * mean_context
+    return 2 * parameters + attention
+
+
+def run_path(name: str, base: Path, work: Path, jobs: list, args, rate: float) -> dict:
+    db = work / f"{name}.db"
+    with RolloutService(base, db, prefix_cache_tokens=PATHS[name]) as service:
+        meter = Meter(service.served.student)
+        model = OpenAIModelConfig(
+            base_url="http://unused", model="student", api_key="local", logprobs=True,
+            temperature=1.0, max_tokens=16, max_retries=0,
+        )  # fmt: skip
+        named = [(f"{name}-{session}", group, task) for session, group, task in jobs]
+        episodes, stats = service.run(named, Limits(max_steps=args.max_steps), model,
+                                      args.concurrency)  # fmt: skip
+        student = service.served.student
+    wall = stats.seconds
+    fed = meter.fed_prompt + meter.generated
+    flops = flops_per_token(student, meter.context / max(1, meter.requests)) * fed
+    bound_s = flops / rate
+    row = {
+        "episodes": stats.episodes,
+        "seconds": round(wall, 2),
+        "episodes_per_s": round(stats.episodes / wall, 2),
+        "generated_tokens": meter.generated,
+        "generated_tokens_per_s": round(meter.generated / wall, 1),
+        "requests": meter.requests,
+        "batches": meter.batches,
+        "mean_batch": round(meter.requests / max(1, meter.batches), 2),
+        "prompt_tokens_fed": meter.fed_prompt,
+        "prompt_tokens_cached": meter.cached,
+        "model_s": round(meter.seconds, 2),
+        "model_share": round(meter.seconds / wall, 3),
+        "model_error_episodes": stats.model_errors,
+        "unrecorded_episodes": stats.unrecorded,
+        "success": round(sum(bool(e.run.outcome.success) for e in episodes) / len(episodes), 3),
+        "bound_s": round(bound_s, 4),
+        "bound_episodes_per_s": round(stats.episodes / bound_s, 1),
+    }
+    print(f"{name}: {row['episodes']} episodes in {wall:.1f} s, {row['episodes_per_s']} "
+          f"episodes/s, {row['generated_tokens_per_s']} generated tokens/s; "
+          f"{row['requests']} requests in {row['batches']} batches (mean {row['mean_batch']}); "
+          f"prompt tokens fed {meter.fed_prompt}, cached {meter.cached}; model "
+          f"{row['model_s']} s ({row['model_share']:.0%} of wall); bound "
+          f"{row['bound_episodes_per_s']} episodes/s", flush=True)  # fmt: skip
+    return row
+
+
+def breakdown(rows: dict[str, dict]) -> list[str]:
+    """Where the wall time of each path goes (printed when the goal is not met)."""
+    lines = []
+    for name, row in rows.items():
+        outside = row["seconds"] - row["model_s"]
+        per_request = 1000 * outside / max(1, row["requests"])
+        lines.append(
+            f"  {name}: model {row['model_s']:.1f} s, outside the model {outside:.1f} s "
+            f"({per_request:.1f} ms of wall per request: HTTP, proxy, recording, client, "
+            f"environment, batching waits), bound {row['bound_s']:.2f} s"
+        )
+    return lines
+
+
+def _shown(value: object) -> object:
+    """A setting as the result file records it: a path by its name when it is absolute (the
+    file describes the run, not the machine)."""
+    if isinstance(value, Path):
+        return value.name if value.is_absolute() else str(value)
+    return value
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--base", type=Path, help="A train sft checkpoint (default: train one).")
+    parser.add_argument("--tasks", type=int, default=4, help="Training worlds in the iteration.")
+    parser.add_argument("--group", type=int, default=8, help="Episodes per world.")
+    parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--max-steps", type=int, default=20)
+    parser.add_argument("--student-worlds", type=int, default=100)
+    parser.add_argument("--student-steps", type=int, default=300)
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    import torch
+
+    torch.set_num_threads(1)
+    args = parse(argv)
+    work = Path(tempfile.mkdtemp(prefix="rl_throughput-"))
+    base = args.base or train_student(work, args.student_worlds, args.student_steps)
+    rate = matmul_rate()
+    print(f"matmul rate {rate / 1e9:.1f} GFLOP/s (1 thread), load {os.getloadavg()[0]:.1f}")
+    jobs = [(f"{index}-{sample}", str(index), task_for(100_000 + index, 1))
+            for index in range(args.tasks) for sample in range(args.group)]  # fmt: skip
+    rows = {name: run_path(name, base, work, jobs, args, rate) for name in PATHS}
+    given = sys.argv[1:] if argv is None else argv
+    ratio = rows["new"]["episodes_per_s"] / rows["today"]["episodes_per_s"]
+    result = {
+        "command": "python bench/rl_throughput.py " + " ".join(given),
+        "settings": {k: _shown(v) for k, v in vars(args).items()},
+        "matmul_flops_per_s": round(rate),
+        "load_average": [round(x, 2) for x in os.getloadavg()],
+        "paths": rows,
+        "ratio_episodes_per_s": round(ratio, 2),
+        "goal_met": ratio >= GOAL,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2) + b"\n")
+    print(f"wrote {args.out}")
+    if ratio < GOAL:
+        print(f"goal {GOAL:.0f}x not met; where the time goes:")
+        print("\n".join(breakdown(rows)))
+    print(f"ratio new / today: {ratio:.1f}x (episodes/s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,115 @@
+"""Runs read from Parquet shards (`trajforge export -f parquet --shard-rows N -o DIR`) through
+DuckDB: the summary rows `ls` and `stats` need, with the store's filters and full-text search.
+
+DuckDB scans the shards in parallel and reads only the columns a query names; a search scans
+the `search_text` column with the regular expressions of `search_query` (there is no index:
+its time grows with the text, where the store's FTS5 index does not). DuckDB is an optional
+dependency (`pip install 'trajforge[parquet]'`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Protocol
+
+from trajforge.errors import UserError
+from trajforge.store.filters import TrajectoryFilter
+from trajforge.store.search_query import search_condition
+from trajforge.store.sqlite import TrajectoryRow
+
+SHARD_GLOB = "part-*.parquet"
+ROW_COLUMNS = tuple(TrajectoryRow.model_fields)
+"""The Parquet columns a summary row reads (the export writes them under these names)."""
+
+
+class RunRows(Protocol):
+    """Where summary rows of runs come from: the SQLite store or Parquet shards."""
+
+    def rows(self, flt: TrajectoryFilter | None = None) -> list[TrajectoryRow]: ...
+
+
+class ParquetRuns:
+    """The runs of a folder of Parquet shards, read with DuckDB."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        shards = sorted(folder.glob(SHARD_GLOB)) if folder.is_dir() else []
+        if not shards:
+            raise UserError(
+                f"no Parquet shards ({SHARD_GLOB}) in {folder}; write them with "
+                f"trajforge export -f parquet --shard-rows N -o {folder}"
+            )
+        self.shards = shards
+        self.db = _connect()
+
+    def close(self) -> None:
+        self.db.close()
+
+    def __enter__(self) -> ParquetRuns:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def rows(self, flt: TrajectoryFilter | None = None) -> list[TrajectoryRow]:
+        """Summary rows matching the filter, in the order the store holds them."""
+        flt = flt or TrajectoryFilter()
+        where, params = duckdb_where(flt)
+        sql = (
+            f"SELECT {', '.join(ROW_COLUMNS)} FROM read_parquet(?, filename = true, "
+            f"file_row_number = true){where} ORDER BY filename, file_row_number"
+        )
+        if flt.limit is not None:
+            sql += f" LIMIT {int(flt.limit)}"
+        result = self.db.execute(sql, [[str(s) for s in self.shards], *params])
+        return [_row(values) for values in result.fetchall()]
+
+
+def _row(values: tuple) -> TrajectoryRow:
+    return TrajectoryRow(**dict(zip(ROW_COLUMNS, values, strict=True)))
+
+
+def _connect() -> Any:
+    try:
+        import duckdb
+    except ImportError:
+        raise UserError(
+            "reading Parquet shards needs DuckDB: pip install 'trajforge[parquet]'"
+        ) from None
+    return duckdb.connect()
+
+
+def duckdb_where(flt: TrajectoryFilter) -> tuple[str, list[Any]]:
+    """The filter as a DuckDB WHERE clause (with leading WHERE, or empty) over the shards'
+    columns, and its parameters: the same runs `TrajectoryFilter.where` selects in SQLite."""
+    clauses: list[str] = []
+    params: list[Any] = []
+    exact = {
+        "harness": flt.harness,
+        "environment": flt.environment,
+        "task_id": flt.task_id,
+        "run": flt.run,
+    }
+    for column, value in exact.items():
+        if value is not None:
+            clauses.append(f"{column} = ?")
+            params.append(value)
+    if flt.model is not None:  # SQLite's LIKE ignores ASCII case
+        clauses.append("model ILIKE ?")
+        params.append(f"%{flt.model}%")
+    if flt.success is not None:
+        clauses.append("success = ?")
+        params.append(flt.success)
+    if flt.model_error is not None:
+        error = "(coalesce(termination_reason, '') = 'model_error' AND success IS NOT TRUE)"
+        clauses.append(error if flt.model_error else f"NOT {error}")
+    if flt.forks is not None:
+        clauses.append("parent_id IS NOT NULL" if flt.forks else "parent_id IS NULL")
+    if flt.ids:
+        clauses.append("(" + " OR ".join("id ILIKE ?" for _ in flt.ids) + ")")
+        params.extend(f"{i}%" for i in flt.ids)
+    if flt.text is not None:
+        condition, patterns = search_condition(flt.text, "search_text")
+        clauses.append(condition)
+        params.extend(patterns)
+    return (" WHERE " + " AND ".join(clauses)) if clauses else "", params
