@@ -95,7 +95,7 @@ from trajforge.train.evaluate import (
 )
 from trajforge.train.guided import LockstepRunner
 from trajforge.train.rows import preference_pairs, sequences
-from trajforge.train.sft import SFTConfig, train_sft
+from trajforge.train.sft import Progress, SFTConfig, train_sft
 
 Row = tuple[list[dict], list[dict]]
 RESULTS = Path(__file__).parent / "results" / "learning_loop.json"
@@ -312,7 +312,13 @@ def checkpoint_dir(config: LabConfig, arm: str, seed: int) -> Path:
 
 
 def train_rows(
-    config: LabConfig, rows: list[dict], out: Path, name: str, seed: int, steps: int | None = None
+    config: LabConfig,
+    rows: list[dict],
+    out: Path,
+    name: str,
+    seed: int,
+    steps: int | None = None,
+    progress: Progress | None = None,
 ) -> Path:
     """A student of the lab's size and budget (`steps`: the lab's) trained on `rows`."""
     steps = steps or config.steps
@@ -333,7 +339,7 @@ def train_rows(
     )
     tasks = sorted({row["task_id"] for row in rows})
     manifest = {"name": name, "train_tasks": tasks}
-    train_sft(sequences(rows), out, sft, manifest=manifest)
+    train_sft(sequences(rows), out, sft, manifest=manifest, progress=progress)
     return out
 
 

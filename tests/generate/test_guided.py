@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 import datasets
+import orjson
 import pytest
 from typer.testing import CliRunner
 
@@ -27,13 +28,13 @@ from trajforge.generate.guided import (
     with_guidance,
     write_recovered,
 )
-from trajforge.generate.guided.guidance import Guidance
+from trajforge.generate.guided.guidance import STRATEGIES_INTRO, Guidance, strategy_guidance
 from trajforge.generate.guided.search import system_prompt
 from trajforge.models.mock_server import MockOpenAIServer
 from trajforge.models.openai_compat import OpenAICompatibleModel, OpenAIModelConfig
 from trajforge.rollout.episode import run_episode
 from trajforge.rollout.handoff import start_conversation
-from trajforge.schema import Message, Source, Task, ToolCall, Trajectory
+from trajforge.schema import Message, Source, Strategy, Task, ToolCall, Trajectory
 
 CALL = re.compile(r"call (\w+)\((\{.*\})\)")
 SAY = re.compile(r"tell the user: (.*)")
@@ -266,3 +267,84 @@ def test_a_failed_guidance_call_is_retried_then_recorded_and_the_search_goes_on(
     assert report.failed_calls == 1
     assert result.recovered and result.source == "llm"
     assert [a.success for a in result.attempts if a.source == "llm"] == [True]
+
+
+@pytest.fixture(scope="module")
+def retail_library(shared_data: Path) -> list[Strategy]:
+    """Strategies distilled from the real tau-bench retail runs of AgentRx."""
+    from trajforge.importers.tau_bench import TauBenchImporter
+    from trajforge.strategies.candidates import ContrastProposer
+    from trajforge.strategies.distil import DistilConfig, distil
+
+    path = shared_data / "agentrx/tau-retail/tau_dataset_full.json"
+    runs = [t.with_id() for t in TauBenchImporter().read(path)]
+    kept = distil(runs, [ContrastProposer()], DistilConfig(family="tau-retail")).kept()
+    assert len(kept) >= 2
+    return kept
+
+
+def _plan_strategy(run: Trajectory) -> Strategy:
+    """A strategy whose text the plan follower can carry out: the steps of the run's task."""
+    from trajforge.schema import StrategyScope
+
+    env = TauRetailEnv()
+    env.reset(run.task)
+    steps = "\n".join(f"call {a.name}({a.arguments})" for a in env.gold.actions)
+    return Strategy(
+        name="tau-retail/steps",
+        text=f"{run.task.instruction} Steps, one a line:\n{steps}",
+        scope=StrategyScope(environment="tau-retail"),
+        source="llm",
+    )
+
+
+def test_retrieved_strategies_are_a_guidance_source(
+    failed_run: Trajectory, retail_library: list[Strategy]
+) -> None:
+    from trajforge.strategies.retrieve import LexicalRetriever
+    from trajforge.strategies.run import RetrievedStrategies
+
+    library = [*retail_library, _plan_strategy(failed_run)]
+    lookup = RetrievedStrategies(LexicalRetriever(library), k=3)
+    config = RecoverConfig(sources=["strategies", "privileged"], starts=["start"])
+    recovery = GuidedRecovery(PlanFollower, ScriptedUser, config, strategies=lookup)
+    result, demo = recovery.recover(failed_run, None)
+    assert result.recovered and result.source == "strategies" and not result.privileged
+    assert [a.source for a in result.attempts] == ["strategies"]  # privileged never tried
+    assert demo is not None and demo.outcome.success
+    guidance = demo.metadata["recovery"]["guidance"]
+    texts = lookup.texts(failed_run, 0)
+    assert len(texts) == 3 and library[-1].text in texts  # the plan, and two distilled rules
+    assert set(texts) - {library[-1].text} <= {s.text for s in retail_library}
+    assert guidance == strategy_guidance(texts).text and guidance.startswith(STRATEGIES_INTRO)
+    everything = " ".join(m.text() for m in demo.messages)
+    assert STRATEGIES_INTRO not in everything and GUIDANCE_HEADER not in everything
+
+    without = GuidedRecovery(PlanFollower, ScriptedUser, config)
+    result, _ = without.recover(failed_run, None)
+    assert result.unavailable == ["strategies"] and result.attempts[0].source == "privileged"
+
+
+def test_recover_takes_the_strategies_source_from_the_store(
+    shared_data: Path, tmp_path: Path
+) -> None:
+    db = tmp_path / "t.db"
+    runs = shared_data / "tau-bench/historical_trajectories/gpt-4o-airline.json"
+    runner = CliRunner(env={"TRAJFORGE_PROGRESS_EVERY": "0"})
+    assert runner.invoke(app, ["import", str(runs), "--db", str(db)]).exit_code == 0
+    args = ["recover", "--db", str(db), "--env", "tau-airline", "--teacher", "expert"]
+    args += ["--limit", "2", "--source", "strategies", "--start", "start", "--no-intervene"]
+    unasked = runner.invoke(app, args)
+    assert unasked.exit_code == 1
+    assert unasked.stderr.startswith("error: --source strategies needs --strategies K")
+    empty = runner.invoke(app, [*args, "--strategies", "2"])
+    assert empty.exit_code == 1 and "the store holds no strategies" in empty.stderr
+    distil = ["strategies", "distil", "--family", "tau-airline", "--env", "tau-airline"]
+    distilled = runner.invoke(app, [*distil, "--db", str(db)])
+    assert distilled.exit_code == 0 and "stored 2 new strategy versions" in distilled.stdout
+    result = runner.invoke(app, [*args, "--strategies", "2", "--json"])
+    assert result.exit_code == 0, result.output
+    report = orjson.loads(result.stdout)
+    assert report["by_source"] == {"strategies": {"tried": 2, "recovered": 2}}
+    demos = runner.invoke(app, ["ls", "--db", str(db), "--harness", "trajforge-recover", "--json"])
+    assert demos.exit_code == 0 and demos.stdout.count('"trajforge-recover"') >= 2

@@ -145,7 +145,8 @@ StrategiesOption = Annotated[
     typer.Option(
         "--strategies",
         min=0,
-        help="Retrieve this many stored strategies per task into the policy's prompt (0: none).",
+        help="Retrieve this many stored strategies per task into the policy's prompt "
+        "(recover: the teacher's guidance from the strategies source; 0: none).",
     ),
 ]
 RetrieverOption = Annotated[

@@ -9,15 +9,22 @@ import typer
 from rich.table import Table
 
 from trajforge.cli.common import DbOption, JsonOption, console, open_store, print_json
-from trajforge.cli.options import Endpoint, RunFilter, RunFilterNoOutcome, UserOption, option_sets
+from trajforge.cli.options import (
+    Endpoint,
+    RunFilter,
+    RunFilterNoOutcome,
+    StrategyFlags,
+    UserOption,
+    option_sets,
+)
 from trajforge.progress import ProgressLines
 
 SourceArg = Annotated[
     list[str] | None,
     typer.Option(
         "--source",
-        help="Guidance source, in order (repeat): correction, privileged, llm. Default: all "
-        "three, llm only with an endpoint.",
+        help="Guidance source, in order (repeat): correction, strategies, privileged, llm. "
+        "Default: all, strategies only with --strategies K, llm only with an endpoint.",
     ),
 ]
 StartArg = Annotated[
@@ -45,11 +52,13 @@ def recover_command(
     out: Annotated[Path | None, typer.Option("--out", help="Write recovered.jsonl here.")] = None,
     save: Annotated[bool, typer.Option("--save/--no-save", help="Store the demos.")] = True,
     endpoint: Endpoint = Endpoint(),
+    guidance: StrategyFlags = StrategyFlags(),
     json_out: JsonOption = False,
 ) -> None:
     """Search guidance that makes the teacher pass each failed run; keep clean demos."""
     from trajforge.generate.guided import recover_store, write_recovered
     from trajforge.generate.guided.build import RecoverSetup, build_recovery
+    from trajforge.strategies.run import RetrievedStrategies
 
     setup = RecoverSetup(
         teacher=teacher,
@@ -63,9 +72,14 @@ def recover_command(
         llm_model=endpoint.llm_model,
         api_key=endpoint.api_key,
     )
-    recovery = build_recovery(setup)
     flt = runs.selection(ids, outcome="failure")
     with open_store(db) as store:
+        strategies = (
+            RetrievedStrategies.from_store(store, guidance.strategies, guidance.retriever)
+            if guidance.strategies
+            else None
+        )
+        recovery = build_recovery(setup, strategies)
         lines = ProgressLines("recover", store.count(flt), "run")
         lines.update(0)
         report, demos = recover_store(

@@ -28,6 +28,7 @@ class OpenAIModelConfig(BaseModel):
     model: str | None = Field(default=None, description="Model name (default: $TRAJFORGE_MODEL).")
     temperature: float = Field(default=0.0, description="Sampling temperature.")
     max_tokens: int | None = Field(default=None, description="Completion token limit.")
+    seed: int | None = Field(default=None, description="Sampling seed, for servers that take one.")
     timeout_s: float = Field(default=120.0, description="Seconds before a call times out.")
     max_retries: int = Field(default=3, description="Retries on transport errors and 5xx.")
     logprobs: bool = Field(default=False, description="Ask for token logprobs.")
@@ -92,6 +93,8 @@ class OpenAICompatibleModel:
             request["tools"] = tools
         if self.config.max_tokens:
             request["max_tokens"] = self.config.max_tokens
+        if self.config.seed is not None:
+            request["seed"] = self.config.seed
         if self.config.logprobs:
             request["logprobs"] = True
         started = time.time()

@@ -8,9 +8,11 @@ Two codecs, one interface:
   is `<|call|> name <|arg|> value <|arg|> value`, the values in the order of the tool's
   schema properties (so `put(object="apple 1", receptacle="countertop 1")` costs 8 tokens,
   and the tool schemas never enter the prompt). System messages are left out: they are the
-  same in every episode of an environment and carry nothing to learn from; only guidance
-  appended to one (after `## Guidance for this task`, as guided recovery writes it) is kept,
-  as a `<|system|>` turn, so a model can be trained to read it.
+  same in every episode of an environment and carry nothing to learn from; only what is
+  appended to one for this episode is kept, as a `<|system|>` turn, so a model can be trained
+  to read it: guidance (after `## Guidance for this task`, as guided recovery writes it) and
+  retrieved strategies (after `## Strategies that worked on similar tasks`, as
+  `agents.llm.with_strategies` writes them).
 - `HFCodec`: any Hugging Face tokenizer with a chat template. When the template renders tools
   itself (it mentions `tools`), tools are passed to it and calls are read back from JSON
   objects `{"name": ..., "arguments": {...}}` in the generated text; otherwise (SmolLM2's
@@ -31,6 +33,7 @@ from typing import Any, Literal, Protocol
 
 import orjson
 
+from trajforge.agents.llm import STRATEGIES_HEADER
 from trajforge.models import tool_text
 from trajforge.models.tool_text import text_of
 
@@ -46,9 +49,11 @@ SPECIALS = (
     "<|arg|>",
 )
 _WORD = re.compile(r"[^\W\d]+ \d+\b|\w+|[^\w\s]")
+"""Words, with a name and its number as one token (`cabinet 2`), and single symbols."""
 GUIDANCE_HEADER = "## Guidance for this task"
 """What guided recovery puts before the guidance it appends to a system prompt."""
-"""Words, with a name and its number as one token (`cabinet 2`), and single symbols."""
+_APPENDED = re.compile(f"({re.escape(GUIDANCE_HEADER)}|{re.escape(STRATEGIES_HEADER)})")
+"""The headers of what is appended to a system prompt for one episode (kept by `tiny`)."""
 
 
 class Codec(Protocol):
@@ -119,12 +124,14 @@ def words(text: str) -> list[str]:
 
 
 def system_guidance(message: Mapping[str, Any]) -> str | None:
-    """The guidance appended to a system message, if any (the compact template keeps only
-    that part of a system prompt)."""
+    """The guidance and strategies appended to a system message, without their headers, if
+    any (the compact template keeps only that part of a system prompt)."""
     if message.get("role") != "system":
         return None
-    _, header, guidance = text_of(message.get("content")).partition(GUIDANCE_HEADER)
-    return guidance.strip() if header else None
+    parts = _APPENDED.split(text_of(message.get("content")))
+    if len(parts) == 1:
+        return None
+    return "\n\n".join(block.strip() for block in parts[2::2])
 
 
 class CompactCodec:

@@ -7,14 +7,14 @@ from pydantic import BaseModel
 from trajforge.diagnose.storage import load_diagnoses
 from trajforge.errors import UserError
 from trajforge.models.base import ChatModel
-from trajforge.schema import Message, Strategy, Task
+from trajforge.schema import Message, Strategy, Task, Trajectory
 from trajforge.store.filters import TrajectoryFilter
 from trajforge.store.sqlite import Store
 from trajforge.strategies.candidates import ContrastConfig, ContrastProposer, Proposer
 from trajforge.strategies.distil import DistilConfig, DistilReport, distil
 from trajforge.strategies.library import latest, save_all
 from trajforge.strategies.llm import LLMProposer
-from trajforge.strategies.retrieve import Retrieved, retriever, task_query
+from trajforge.strategies.retrieve import Retrieved, Retriever, retriever, task_query
 
 
 class DistilOutcome(BaseModel):
@@ -82,3 +82,26 @@ def guidance_for(
     return {
         task.id: [r.strategy.text for r in hits] for task, hits in zip(tasks, ranked, strict=True)
     }
+
+
+class RetrievedStrategies:
+    """The `k` strategies of a library that best match a failed run's task and the messages
+    before the point a guided recovery continues it from (a `StrategyLookup` of guided
+    recovery: `trajforge recover --source strategies`)."""
+
+    def __init__(self, ranker: Retriever, k: int) -> None:
+        self.ranker = ranker
+        self.k = k
+
+    @classmethod
+    def from_store(cls, store: Store, k: int, kind: str = "lexical") -> RetrievedStrategies:
+        strategies = latest(store)
+        if not strategies:
+            raise UserError(
+                "the store holds no strategies: run `trajforge strategies distil` first"
+            )
+        return cls(retriever(kind, strategies), k)
+
+    def texts(self, failed: Trajectory, at: int) -> list[str]:
+        query = task_query(failed.task, failed.messages[:at] if at else None)
+        return [hit.strategy.text for hit in self.ranker.rank(query, self.k)]

@@ -5,9 +5,11 @@ from trajforge.generate.guided.guidance import (
     Feedback,
     Guidance,
     LLMGuidanceProposer,
+    StrategyLookup,
     correction_guidance,
     oracle_plan,
     privileged_guidance,
+    strategy_guidance,
 )
 from trajforge.generate.guided.leak import LeakConfig, find_leaks
 from trajforge.generate.guided.report import (
@@ -51,6 +53,7 @@ __all__ = [
     "RecoveryReport",
     "RecoveryResult",
     "Runner",
+    "StrategyLookup",
     "correction_guidance",
     "diagnosis_for",
     "find_leaks",
@@ -58,6 +61,7 @@ __all__ = [
     "privileged_guidance",
     "recover_runs",
     "recover_store",
+    "strategy_guidance",
     "strip",
     "summarize",
     "with_guidance",

@@ -8,7 +8,7 @@ from pydantic import BaseModel, Field
 
 from trajforge.agents.user_sim import ScriptedUser
 from trajforge.errors import UserError
-from trajforge.generate.guided.guidance import SOURCES, LLMGuidanceProposer
+from trajforge.generate.guided.guidance import SOURCES, LLMGuidanceProposer, StrategyLookup
 from trajforge.generate.guided.search import GuidedRecovery, RecoverConfig, StartMode
 from trajforge.models.openai_compat import OpenAICompatibleModel, OpenAIModelConfig
 from trajforge.rollout.factory import AgentSpec, PolicyOptions, UserKind, build
@@ -31,15 +31,20 @@ class RecoverSetup(BaseModel):
     api_key: str | None = None
 
 
-def build_recovery(setup: RecoverSetup) -> GuidedRecovery:
+def build_recovery(setup: RecoverSetup, strategies: StrategyLookup | None = None) -> GuidedRecovery:
+    """The search the command asked for; `strategies` (retrieved from a library) makes the
+    strategies source usable."""
     asked = _chosen("source", setup.sources or [], SOURCES)
     starts = _chosen("start", setup.starts, get_args(StartMode))
     user = _chosen("user", [setup.user], get_args(UserKind))[0]
+    if "strategies" in asked and strategies is None:
+        raise UserError("--source strategies needs --strategies K (how many to retrieve)")
     options = PolicyOptions(base_url=setup.base_url, model=setup.llm_model, api_key=setup.api_key)
     spec = AgentSpec(policy=setup.teacher, options=options, user=user)
     llm = options.endpoint()
     proposer = _proposer(llm, required="llm" in asked)
-    sources = asked or [s for s in SOURCES if s != "llm" or proposer is not None]
+    usable = {"llm": proposer is not None, "strategies": strategies is not None}
+    sources = asked or [s for s in SOURCES if usable.get(s, True)]
     config = RecoverConfig(
         sources=sources,
         starts=starts,
@@ -52,6 +57,7 @@ def build_recovery(setup: RecoverSetup) -> GuidedRecovery:
         user=lambda: build(spec).user or ScriptedUser(),
         config=config,
         proposer=proposer,
+        strategies=strategies,
     )
 
 

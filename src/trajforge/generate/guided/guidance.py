@@ -1,6 +1,8 @@
-"""Guidance texts for a failed scenario, from three sources in order of cost.
+"""Guidance texts for a failed scenario, from four sources in order of cost.
 
 - `correction`: the verified correction of the run's diagnosis, rendered as advice;
+- `strategies`: the strategies of a library retrieved for the run's task and the messages
+  before the fork (a `StrategyLookup`; `trajforge.strategies.run.RetrievedStrategies`);
 - `privileged`: the environment's hidden-state hint when it has one (household: where the
   goal's objects are), then the oracle's plan from the state the teacher starts in (it
   knows the gold actions and the hidden state); flagged `privileged`;
@@ -22,15 +24,15 @@ from trajforge.models.base import ChatModel
 from trajforge.models.retry import Asked, ask_parsed
 from trajforge.schema import Message, Outcome, ToolCall, Trajectory
 
-GuidanceSource = Literal["correction", "privileged", "llm"]
-SOURCES: tuple[GuidanceSource, ...] = ("correction", "privileged", "llm")
+GuidanceSource = Literal["correction", "strategies", "privileged", "llm"]
+SOURCES: tuple[GuidanceSource, ...] = ("correction", "strategies", "privileged", "llm")
 
 
 class Guidance(BaseModel):
     """One guidance text and where it came from."""
 
     text: str = Field(description="What the teacher reads in its system prompt.")
-    source: GuidanceSource = Field(description="correction, privileged or llm.")
+    source: GuidanceSource = Field(description="correction, strategies, privileged or llm.")
     privileged: bool = Field(description="Derived from information the agent cannot see.")
     round: int = Field(default=1, description="Refinement round (llm guidance).")
 
@@ -77,6 +79,23 @@ def oracle_plan(env: Environment, max_steps: int = 30) -> list[str] | None:
         else:
             break
     return plan
+
+
+class StrategyLookup(Protocol):
+    """Strategy texts for a failed run continued after its first `at` messages."""
+
+    def texts(self, failed: Trajectory, at: int) -> list[str]: ...
+
+
+STRATEGIES_INTRO = "Strategies that worked on similar tasks:"
+
+
+def strategy_guidance(texts: list[str]) -> Guidance | None:
+    """Retrieved strategies as a bulleted guidance; None when none were retrieved."""
+    if not texts:
+        return None
+    lines = "\n".join(f"- {text}" for text in texts)
+    return Guidance(text=f"{STRATEGIES_INTRO}\n{lines}", source="strategies", privileged=False)
 
 
 @runtime_checkable

@@ -1,8 +1,9 @@
 """Guidance search: turn each failed run into a clean passing demonstration, if it can.
 
 For a failed run (with its diagnosis, when there is one), the sources are tried in order of
-cost (`RecoverConfig.sources`): the verified correction as advice, the oracle's privileged
-plan, then chat-model guidance refined for up to `llm_rounds` rounds. Each guidance is
+cost (`RecoverConfig.sources`): the verified correction as advice, the strategies retrieved
+for the run (when a `StrategyLookup` is given), the oracle's privileged plan, then
+chat-model guidance refined for up to `llm_rounds` rounds. Each guidance is
 tried from each start in `RecoverConfig.starts`: `decisive` forks the run at its decisive
 message (the diagnosis's step), `start` runs the task from the beginning. The teacher runs
 with the guidance in its system prompt. The first passing attempt whose demonstration does
@@ -33,10 +34,12 @@ from trajforge.generate.guided.guidance import (
     Guidance,
     GuidanceSource,
     LLMGuidanceProposer,
+    StrategyLookup,
     correction_guidance,
     hidden_state_guidance,
     oracle_plan,
     privileged_guidance,
+    strategy_guidance,
 )
 from trajforge.generate.guided.leak import LeakConfig, find_leaks
 from trajforge.generate.guided.teacher import GuidedPolicy, InterveningPolicy, strip
@@ -178,7 +181,8 @@ class _Search:
 class GuidedRecovery:
     """The guidance search (see the module docstring). Teacher runs go through a `Runner`:
     by default a `ForkRunner` over `teacher` and `user` (factories of fresh agents); give
-    `runner` to batch them (a trained model stepping many runs in lock-step, say)."""
+    `runner` to batch them (a trained model stepping many runs in lock-step, say). The
+    `strategies` source and the `llm` source are tried only with `strategies` and `proposer`."""
 
     def __init__(
         self,
@@ -187,6 +191,7 @@ class GuidedRecovery:
         config: RecoverConfig | None = None,
         proposer: LLMGuidanceProposer | None = None,
         runner: Runner | None = None,
+        strategies: StrategyLookup | None = None,
     ) -> None:
         self.config = config or RecoverConfig()
         if runner is None:
@@ -195,6 +200,7 @@ class GuidedRecovery:
             runner = ForkRunner(teacher, user or (lambda: None), self.config.max_steps)
         self.runner = runner
         self.proposer = proposer
+        self.strategies = strategies
 
     def recover(
         self, failed: Trajectory, diagnosis: Diagnosis | None
@@ -224,6 +230,8 @@ class GuidedRecovery:
             return len(self.config.privileged_forms)
         if source == "llm":
             return self.config.llm_rounds if self.proposer is not None else 0
+        if source == "strategies":
+            return 1 if self.strategies is not None else 0
         return 1
 
     def _stage(
@@ -249,6 +257,9 @@ class GuidedRecovery:
     ) -> Guidance | None:
         if source == "correction":
             return correction_guidance(search.diagnosis)
+        if source == "strategies":
+            assert self.strategies is not None
+            return strategy_guidance(self.strategies.texts(search.failed, at))
         if source == "privileged":
             if at not in search.privileged:
                 search.privileged[at] = self._privileged(search.failed, at)
