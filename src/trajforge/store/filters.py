@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, Field
 
 
-def model_error_sql(table: str = "") -> str:
+def model_error_sql(table: str = "", true: str = "1") -> str:
     """SQL true for runs a model or endpoint failure ended (status `model_error`, as
-    `outcome_status` says); `table` qualifies the columns (`t.`)."""
-    return f"(coalesce({table}termination_reason, '') = 'model_error' AND {table}success IS NOT 1)"
+    `outcome_status` says); `table` qualifies the columns (`t.`), `true` is how the engine
+    writes a true `success`."""
+    return (
+        f"(coalesce({table}termination_reason, '') = 'model_error' "
+        f"AND {table}success IS NOT {true})"
+    )
 
 
 TEXT_CLAUSE = (
@@ -19,6 +25,24 @@ TEXT_CLAUSE = (
 )
 """Runs whose full-text row matches (written by ids, so the clause stays unambiguous where
 `trajectories` is joined to `run_search`)."""
+
+
+@dataclass(frozen=True)
+class Dialect:
+    """How one SQL engine writes the parts of a run filter that differ between engines."""
+
+    like: str
+    """The operator of a substring or prefix match that ignores ASCII case."""
+    true: str
+    """A true `success` as written in SQL."""
+    success: Callable[[bool], Any]
+    """The parameter a `success = ?` comparison takes."""
+    text: Callable[[str], tuple[str, list[Any]]]
+    """A full-text query's condition and its parameters."""
+
+
+SQLITE = Dialect(like="LIKE", true="1", success=int, text=lambda query: (TEXT_CLAUSE, [query]))
+"""SQLite, whose LIKE ignores ASCII case and whose full-text search is the FTS5 index."""
 
 
 class TrajectoryFilter(BaseModel):
@@ -45,7 +69,7 @@ class TrajectoryFilter(BaseModel):
     )
     limit: int | None = Field(default=None, description="At most this many.")
 
-    def where(self) -> tuple[str, list[Any]]:
+    def where(self, dialect: Dialect = SQLITE) -> tuple[str, list[Any]]:
         """SQL WHERE clause (with leading WHERE, or empty) and its parameters."""
         clauses: list[str] = []
         params: list[Any] = []
@@ -60,20 +84,22 @@ class TrajectoryFilter(BaseModel):
                 clauses.append(f"{column} = ?")
                 params.append(value)
         if self.model is not None:
-            clauses.append("model LIKE ?")
+            clauses.append(f"model {dialect.like} ?")
             params.append(f"%{self.model}%")
         if self.success is not None:
             clauses.append("success = ?")
-            params.append(int(self.success))
+            params.append(dialect.success(self.success))
         if self.model_error is not None:
-            clauses.append(("" if self.model_error else "NOT ") + model_error_sql())
+            error = model_error_sql(true=dialect.true)
+            clauses.append(error if self.model_error else f"NOT {error}")
         if self.forks is not None:
             clauses.append("parent_id IS NOT NULL" if self.forks else "parent_id IS NULL")
         if self.ids:
-            clauses.append("(" + " OR ".join("id LIKE ?" for _ in self.ids) + ")")
+            clauses.append("(" + " OR ".join(f"id {dialect.like} ?" for _ in self.ids) + ")")
             params.extend(f"{i}%" for i in self.ids)
         if self.text is not None:
-            clauses.append(TEXT_CLAUSE)
-            params.append(self.text)
+            condition, patterns = dialect.text(self.text)
+            clauses.append(condition)
+            params.extend(patterns)
         sql = (" WHERE " + " AND ".join(clauses)) if clauses else ""
         return sql, params

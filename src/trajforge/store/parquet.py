@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from trajforge.errors import UserError
-from trajforge.store.filters import TrajectoryFilter
+from trajforge.store.filters import Dialect, TrajectoryFilter
 from trajforge.store.search_query import search_condition
 from trajforge.store.sqlite import TrajectoryRow
 
@@ -54,7 +54,7 @@ class ParquetRuns:
     def rows(self, flt: TrajectoryFilter | None = None) -> list[TrajectoryRow]:
         """Summary rows matching the filter, in the order the store holds them."""
         flt = flt or TrajectoryFilter()
-        where, params = duckdb_where(flt)
+        where, params = flt.where(DUCKDB)
         sql = (
             f"SELECT {', '.join(ROW_COLUMNS)} FROM read_parquet(?, filename = true, "
             f"file_row_number = true){where} ORDER BY filename, file_row_number"
@@ -79,37 +79,11 @@ def _connect() -> Any:
     return duckdb.connect()
 
 
-def duckdb_where(flt: TrajectoryFilter) -> tuple[str, list[Any]]:
-    """The filter as a DuckDB WHERE clause (with leading WHERE, or empty) over the shards'
-    columns, and its parameters: the same runs `TrajectoryFilter.where` selects in SQLite."""
-    clauses: list[str] = []
-    params: list[Any] = []
-    exact = {
-        "harness": flt.harness,
-        "environment": flt.environment,
-        "task_id": flt.task_id,
-        "run": flt.run,
-    }
-    for column, value in exact.items():
-        if value is not None:
-            clauses.append(f"{column} = ?")
-            params.append(value)
-    if flt.model is not None:  # SQLite's LIKE ignores ASCII case
-        clauses.append("model ILIKE ?")
-        params.append(f"%{flt.model}%")
-    if flt.success is not None:
-        clauses.append("success = ?")
-        params.append(flt.success)
-    if flt.model_error is not None:
-        error = "(coalesce(termination_reason, '') = 'model_error' AND success IS NOT TRUE)"
-        clauses.append(error if flt.model_error else f"NOT {error}")
-    if flt.forks is not None:
-        clauses.append("parent_id IS NOT NULL" if flt.forks else "parent_id IS NULL")
-    if flt.ids:
-        clauses.append("(" + " OR ".join("id ILIKE ?" for _ in flt.ids) + ")")
-        params.extend(f"{i}%" for i in flt.ids)
-    if flt.text is not None:
-        condition, patterns = search_condition(flt.text, "search_text")
-        clauses.append(condition)
-        params.extend(patterns)
-    return (" WHERE " + " AND ".join(clauses)) if clauses else "", params
+DUCKDB = Dialect(
+    like="ILIKE",  # SQLite's LIKE ignores ASCII case
+    true="TRUE",
+    success=bool,
+    text=lambda query: search_condition(query, "search_text"),
+)
+"""DuckDB over the shards' columns: the same runs a filter selects in the SQLite store, the
+full-text search as regular expressions over `search_text`."""
