@@ -187,6 +187,9 @@ def serve_command(
             help="Tokens of served sequences kept for reuse by requests that extend them (0: off).",
         ),
     ] = DEFAULT_PREFIX_TOKENS,
+    bf16: Annotated[
+        bool, typer.Option("--bf16", help="Weights in bfloat16 (faster on CPUs with bf16).")
+    ] = False,
     reload_token: Annotated[
         str | None,
         typer.Option(
@@ -211,7 +214,7 @@ def serve_command(
         max_tokens=max_tokens,
         prefix_cache_tokens=prefix_cache,
     )
-    app = StudentApp(Student(checkpoint), config)
+    app = StudentApp(Student(checkpoint, bf16=bf16), config)
     add_reload_route(app, reload_token or None)
     err_console.print(
         f"student {checkpoint} on http://{host}:{port}/v1 (Ctrl-C stops)", highlight=False
@@ -239,6 +242,7 @@ def eval_command(
         float, typer.Option("--temperature", help="Sampling temperature.")
     ] = 0.0,
     max_steps: Annotated[int, typer.Option("--max-steps", help="Agent steps per episode.")] = 20,
+    bf16: Annotated[bool, typer.Option("--bf16", help="--ckpt: weights in bfloat16.")] = False,
     trained_on: Annotated[
         Path | None, typer.Option("--trained-on", help="JSON list of training task ids to avoid.")
     ] = None,
@@ -261,6 +265,7 @@ def eval_command(
         samples=samples,
         temperature=temperature,
         max_steps=max_steps,
+        bf16=bf16,
     )
     avoid = _trained_on(trained_on)
     lines = ProgressLines(f"eval {checkpoint or policy}", None, "episode")

@@ -77,7 +77,7 @@ def add_reload_route(served: StudentApp, token: str | None) -> None:
         _check_token(request, token)
         path = _checkpoint(json_object(await served.body(request)))
         try:
-            student = await asyncio.to_thread(Student, path)
+            student = await asyncio.to_thread(Student, path, bf16=served.student.bf16)
         except UserError as exc:
             raise BadRequest(400, str(exc)) from None
         if codec_identity(student) != codec_identity(served.student):

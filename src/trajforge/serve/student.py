@@ -34,6 +34,8 @@ MODEL_DIR = "model"
 BASE_CONTEXT = 2048
 """Longest sequence (tokens) a pretrained model is served with when it is not a checkpoint."""
 MAX_ROWS = 512
+MIN_SHARED = 32
+"""Opening tokens a batch's prompts must share for `_Batch.feed` to feed them only once."""
 """Prompts decoded together at most by one `Student.generate` call (more run in turn)."""
 TokenSink = Callable[[int, int, float], None]
 """Called as each token is chosen: (row, token id, logprob)."""
@@ -102,10 +104,19 @@ def locate(spec: Path | str) -> tuple[Path, dict[str, Any], Path]:
 class Student:
     """A loaded checkpoint (see module docstring)."""
 
-    def __init__(self, path: Path | str, model: Any = None, codec: Codec | None = None) -> None:
+    def __init__(
+        self, path: Path | str, model: Any = None, codec: Codec | None = None, bf16: bool = False
+    ) -> None:
+        """`bf16`: the weights in bfloat16 (half the memory traffic of a decode step, about
+        2.5 times faster prefill on a CPU with bf16 units; logprobs are rounded accordingly)."""
         self.path, self.manifest, model_dir = locate(path)
         self.codec = codec or load_codec(model_dir, self.manifest)
         self.model = model if model is not None else _load_model(model_dir)
+        self.bf16 = bf16
+        if bf16:
+            import torch
+
+            self.model = self.model.to(torch.bfloat16)
         self.model.eval()
         self.name = self.manifest.get("name") or self.path.name
         self.max_context = int(self.manifest.get("max_context", 1024))
@@ -186,6 +197,10 @@ def _cache_argument(model: Any) -> str:
     return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
 
+def _layer_count(model: Any) -> int:
+    return int(model.config.get_text_config().num_hidden_layers)
+
+
 class _Batch:
     """The decoding state of a batch: key/value cache, attention mask, each row's last position.
 
@@ -201,16 +216,19 @@ class _Batch:
     @classmethod
     def empty(cls, student: Student, rows: int) -> _Batch:
         import torch
-        from transformers import DynamicCache
+
+        from trajforge.serve.kv_cache import growing_cache
 
         mask = torch.zeros(rows, 0, dtype=torch.long)
-        return cls(student, DynamicCache(), mask, torch.full((rows,), -1, dtype=torch.long))
+        cache = growing_cache(_layer_count(student.model))
+        return cls(student, cache, mask, torch.full((rows,), -1, dtype=torch.long))
 
     @classmethod
     def reusing(cls, student: Student, hits: Sequence[Hit]) -> _Batch:
         """A batch whose rows start with the cached states of their hits (left-padded)."""
         import torch
-        from transformers import DynamicCache
+
+        from trajforge.serve.kv_cache import growing_cache
 
         width = max((h.length for h in hits), default=0)
         if width == 0:
@@ -220,12 +238,19 @@ class _Batch:
             layers.append(tuple(_stack(hits, width, layer, kind) for kind in ("keys", "values")))
         mask = torch.tensor([[0] * (width - h.length) + [1] * h.length for h in hits])
         last = torch.tensor([h.length - 1 for h in hits])
-        return cls(student, DynamicCache(ddp_cache_data=layers), mask, last)
+        return cls(student, growing_cache(len(layers), layers), mask, last)
 
     def feed(self, segments: Sequence[Sequence[int]]) -> Any:
-        """Feed each row its segment (at least one token each); the next-token logprobs."""
+        """Feed each row its segment (at least one token each); the next-token logprobs.
+
+        Into an empty batch, the opening all segments share (an agent's system prompt and
+        tool list) is fed once and its states copied to every row."""
         import torch
 
+        shared = _shared_length(segments) if self.mask.shape[1] == 0 else 0
+        if shared >= MIN_SHARED:
+            self._feed_once(segments[0][:shared], len(segments))
+            segments = [s[shared:] for s in segments]
         pad = self.student.codec.pad_id
         width = max(len(s) for s in segments)
         ids = torch.tensor([[pad] * (width - len(s)) + list(s) for s in segments])
@@ -233,6 +258,17 @@ class _Batch:
         positions = self.last.unsqueeze(1) + seg_mask.cumsum(1)
         self.last = positions[:, -1].clone()
         return self._forward(ids, seg_mask, positions.clamp(min=0))
+
+    def _feed_once(self, opening: Sequence[int], rows: int) -> None:
+        import torch
+
+        single = _Batch.empty(self.student, 1)
+        single.feed([opening])
+        for layer in single.cache.layers:
+            layer.batch_repeat_interleave(rows)
+        self.cache = single.cache
+        self.mask = torch.ones(rows, len(opening), dtype=torch.long)
+        self.last = torch.full((rows,), len(opening) - 1, dtype=torch.long)
 
     def step(self, chosen: Any, live: Any) -> Any:
         """Feed each live row its chosen token (finished rows get a masked one)."""
@@ -260,6 +296,18 @@ class _Batch:
         keys = [layer.keys[row].index_select(1, index) for layer in self.cache.layers]
         values = [layer.values[row].index_select(1, index) for layer in self.cache.layers]
         return Entry(tokens, keys, values)
+
+
+def _shared_length(segments: Sequence[Sequence[int]]) -> int:
+    """How many opening tokens all segments share, leaving each at least one of its own."""
+    if len(segments) < 2:
+        return 0
+    first = segments[0]
+    limit = min(len(s) for s in segments) - 1
+    for index in range(limit):
+        if any(s[index] != first[index] for s in segments):
+            return index
+    return max(limit, 0)
 
 
 def _stack(hits: Sequence[Hit], width: int, layer: int, kind: str) -> Any:

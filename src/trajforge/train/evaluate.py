@@ -44,6 +44,8 @@ from trajforge.schema import Message, Outcome, Task, TerminationReason, Trajecto
 from trajforge.serve.student import DecodeSession, Student, answer_message
 
 HELD_OUT_START = 1_000_000
+LOCKSTEP_ROWS = 128
+"""Episodes `run_lockstep` decodes in one batch."""
 """Household world seeds from here on are never used to make training data."""
 Start = tuple[Environment, Trajectory]
 
@@ -117,8 +119,27 @@ def run_lockstep(
 
     With `reuse_cache` each conversation keeps its key/value cache between steps
     (`DecodeSession`); without it every step re-encodes the whole history. `on_finished`
-    is called with each episode as it ends.
+    is called with each episode as it ends. Episodes run in batches of `LOCKSTEP_ROWS` (the
+    key/value states of a batch grow with its rows times their history).
     """
+    for first in range(0, len(starts), LOCKSTEP_ROWS):
+        chunk = starts[first : first + LOCKSTEP_ROWS]
+        _lockstep_rows(
+            student, chunk, max_steps, temperature, seed, reuse_cache, max_new_tokens, on_finished
+        )
+    return [traj for _, traj in starts]
+
+
+def _lockstep_rows(
+    student: Student,
+    starts: Sequence[Start],
+    max_steps: int,
+    temperature: float,
+    seed: int,
+    reuse_cache: bool,
+    max_new_tokens: int,
+    on_finished: Callable[[Trajectory], None] | None,
+) -> None:
     budget = {id(traj): len(traj.assistant_indices()) + max_steps for _, traj in starts}
     session = DecodeSession(student) if reuse_cache else None
     active = list(starts)
@@ -143,7 +164,6 @@ def run_lockstep(
             session.keep(kept)
         active = still
         round_index += 1
-    return [traj for _, traj in starts]
 
 
 def _prompt(student: Student, traj: Trajectory) -> list[int]:
@@ -242,6 +262,7 @@ class EvalConfig(BaseModel):
     temperature: float = Field(default=0.0, ge=0.0, description="Sampling temperature.")
     max_steps: int = Field(default=20, ge=1, description="Agent steps per episode.")
     seed: int = Field(default=0, description="Seed of sampling and of the perturbations.")
+    bf16: bool = Field(default=False, description="The student's weights in bfloat16.")
 
 
 def check_training_tasks(task_ids: Sequence[str]) -> None:
@@ -317,7 +338,7 @@ def evaluate_checkpoint(
     path, config: EvalConfig, trained_on: Sequence[str] = (), progress: ProgressLines | None = None
 ) -> dict:
     """Batched evaluation of a student checkpoint on held-out tasks."""
-    student = Student(path)
+    student = Student(path, bf16=config.bf16)
     tests, recovery_tasks = eval_tasks(config)
     avoid = [*trained_on, *student.manifest.get("train_tasks", [])]
     check_held_out([t.id for t in tests + recovery_tasks], avoid)
