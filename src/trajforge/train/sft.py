@@ -214,13 +214,30 @@ def _step(model, optimizer, data, pad_id, config: SFTConfig, generator) -> tuple
         picks = torch.randint(len(data), (config.batch_size,), generator=generator).tolist()
         ids, attention, labels = _batch([data[i] for i in picks], pad_id)
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=config.bf16):
-            loss = model(input_ids=ids, attention_mask=attention, labels=labels).loss
+            loss = learned_loss(model, ids, attention, labels)
         (loss / config.accumulate).backward()
         total += float(loss.detach())
         tokens += int(attention.sum())
     torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], 1.0)
     optimizer.step()
     return total / config.accumulate, tokens
+
+
+def learned_loss(model: Any, ids: Any, attention: Any, labels: Any) -> Any:
+    """Mean cross-entropy of the next token over the positions whose next token is learned.
+
+    The same figure as the model's own `labels=` loss, but the output layer and the softmax
+    over the vocabulary (49,152 tokens for SmolLM2) run only at the positions some row of
+    the batch learns from (`logits_to_keep`), not at every position."""
+    import torch
+
+    targets = labels[:, 1:]
+    positions = (targets != -100).any(dim=0).nonzero().squeeze(1)
+    logits = model(input_ids=ids, attention_mask=attention, logits_to_keep=positions).logits
+    picked = targets[:, positions]
+    return torch.nn.functional.cross_entropy(
+        logits.float().reshape(-1, logits.shape[-1]), picked.reshape(-1), ignore_index=-100
+    )
 
 
 def _batch(batch: list[tuple], pad_id: int) -> tuple[Any, Any, Any]:
