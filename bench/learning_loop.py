@@ -128,8 +128,20 @@ class LabConfig:
 
 PRETRAINED = {"lr": 2e-4, "lora_rank": 16, "max_new_tokens": 48, "batch_size": 4}
 """A pretrained `--student` (LoRA; a tool call in its text convention takes ~30 tokens)."""
-PRETRAINED_QUICK = {"steps": 4, "batch_size": 2, "test_worlds": 4, "recovery_states": 4}
+PRETRAINED_QUICK = {
+    "steps": 4,
+    "teacher_steps": 4,
+    "batch_size": 2,
+    "test_worlds": 4,
+    "recovery_states": 4,
+}
 """`--quick` with a pretrained `--student`: a smoke run of the whole path, not a result."""
+
+
+def _student(config: LabConfig, checkpoint: Path) -> Student:
+    """A trained student to roll out (a pretrained one with bfloat16 weights, as it trained
+    under bf16 autocast)."""
+    return Student(checkpoint, bf16=config.student != "tiny")
 
 
 def _lockstep(student: Student, starts, config: LabConfig) -> list:
@@ -155,6 +167,11 @@ class Lab:
                 row for t in runs if t.outcome.success for row in household_rows(t)
             ]
         return self._cache[policy_name]
+
+    def first_demos(self, worlds: int) -> list[dict]:
+        """The observable teacher's successes on the first `worlds` training worlds."""
+        ids = {task.id for task in self.tasks[:worlds]}
+        return [row for row in self.demos("teacher") if row["task_id"] in ids]
 
     def _run(self, policy, task):
         return run_episode(
@@ -197,7 +214,7 @@ class Lab:
 
     def student_recoveries(self, seed: int) -> list[dict]:
         """Corrections of the E student's own failed runs on the training worlds."""
-        student = Student(checkpoint_dir(self.config, "E", seed))
+        student = _student(self.config, checkpoint_dir(self.config, "E", seed))
         runs = _lockstep(student, fresh_starts(HouseholdEnv, self.tasks), self.config)
         teacher = ObservableTeacher()
         forks = []
@@ -239,7 +256,7 @@ class Lab:
         out = folder / "checkpoint"
         if not (out / "trajforge.json").is_file():  # written last: the teacher is trained
             train_rows(config, rows, out, "guided-teacher", 0, config.teacher_steps)
-        student = Student(out)
+        student = _student(config, out)
         runs = _lockstep(student, fresh_starts(HouseholdEnv, self.tasks), config)
         failures = [t.with_id() for t in runs if not t.outcome.success]
         searched = failures[: config.teacher_failures]
@@ -424,6 +441,18 @@ ARMS: list[Arm] = [
     ),
 ]
 
+CURVE_WORLDS = (50, 100, 200)
+"""The sample-efficiency curve: E's budget on the demonstrations of fewer worlds (E itself is
+the point at `train_worlds`)."""
+ARMS += [
+    Arm(
+        f"E@{worlds}",
+        f"E's rows of the first {worlds} training worlds only, at E's steps",
+        lambda lab, seed, worlds=worlds: lab.first_demos(worlds),
+    )
+    for worlds in CURVE_WORLDS
+]
+
 
 def _train(lab: Lab, arm: Arm, seed: int, rows: list[dict]) -> Path:
     out = checkpoint_dir(lab.config, arm.name, seed)
@@ -432,7 +461,7 @@ def _train(lab: Lab, arm: Arm, seed: int, rows: list[dict]) -> Path:
 
 def _evaluate(lab: Lab, checkpoint: Path) -> dict[str, Any]:
     config = lab.config
-    student = Student(checkpoint)
+    student = _student(config, checkpoint)
     env = HouseholdEnv()
     tests = held_out_tasks(env, config.test_worlds, config.difficulty)
     recovery_tasks = held_out_tasks(env, config.recovery_states + 40, config.difficulty, 500_000)
@@ -645,7 +674,8 @@ def lab_config(args: argparse.Namespace) -> LabConfig:
             setattr(config, key, value)
         if args.out == RESULTS:
             args.out = RESULTS.with_name(f"learning_loop_{args.student}.json")
-    for field in ("steps", "hidden", "batch_size", "test_worlds", "recovery_states"):
+    fields = ("steps", "hidden", "batch_size", "test_worlds", "recovery_states")
+    for field in (*fields, "teacher_failures"):
         if getattr(args, field):
             setattr(config, field, getattr(args, field))
     return config
@@ -662,8 +692,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--recovery-states", type=int, default=None, help="Perturbed states to recover (300)."
     )
+    parser.add_argument(
+        "--teacher-failures",
+        type=int,
+        default=None,
+        help="The guided teacher's failures searched by guided recovery, for T+P (150).",
+    )
     parser.add_argument("--jobs", type=int, default=2, help="Arms trained in parallel.")
-    parser.add_argument("--arms", default=",".join(a.name for a in ARMS))
+    parser.add_argument(
+        "--arms",
+        default=",".join(a.name for a in ARMS if "@" not in a.name),
+        help="Arms to run (default: all but the curve's E@N arms).",
+    )
     parser.add_argument(
         "--student", default="tiny", help="tiny, or a pretrained model such as smollm2-135m."
     )

@@ -13,10 +13,12 @@ after one warm-up step.
 Generation: household episodes in lock-step (`run_lockstep`'s loop, what `eval --ckpt` runs,
 on the same `Student.generate` that `serve` batches requests into) of batch 1 and batch 16,
 `--turns` agent steps of at most 32 new tokens each, with the per-conversation prefix cache
-(`DecodeSession`: each step feeds only the tokens the tool's answer adds), without it
+(`DecodeSession`: each step feeds only the tokens the tool's answer adds; the opening the
+batch's prompts share is fed once), without it
 (every step re-encodes the whole history) and, at batch 16, with `serve`'s prefix cache
 across requests (`PrefixCache`: each step's prompts are looked up among the sequences served
-before, as the server does for a session that sends its conversation again). New tokens/s
+before, as the server does for a session that sends its conversation again), and with the
+session and bfloat16 weights (`--bf16`, what the lab evaluates with). New tokens/s
 counts generated tokens over wall time, prefills included. `--no-training` runs only the
 generation cases.
 
@@ -41,16 +43,15 @@ GENERATION_GOAL = 300.0
 
 
 def _rows(count: int) -> list[tuple[list[dict], list[dict]]]:
+    """The lab's E rows: the observable teacher's episodes on `count` household worlds."""
     from trajforge.agents.household_teacher import ObservableTeacher
     from trajforge.envs.household import HouseholdEnv, task_for
-    from trajforge.generate.recovery import training_row
+    from trajforge.generate.recovery import household_rows
     from trajforge.rollout.episode import run_episode
+    from trajforge.train.rows import sequences
 
-    rows = []
-    for seed in range(count):
-        row = training_row(run_episode(HouseholdEnv(), ObservableTeacher(), task_for(seed, 1)))
-        rows.append((row["messages"], row["tools"]))
-    return rows
+    runs = [run_episode(HouseholdEnv(), ObservableTeacher(), task_for(s, 1)) for s in range(count)]
+    return sequences(row for run in runs for row in household_rows(run))
 
 
 def _training_case(name: str, args, rows, weights_bf16: bool, **settings: Any) -> dict:
@@ -140,18 +141,19 @@ def generation(args) -> dict[str, dict]:
     from trajforge.serve.student import Student
     from trajforge.train.evaluate import held_out_tasks
 
-    student = Student(args.model)
+    students = {False: Student(args.model), True: Student(args.model, bf16=True)}
     tasks = held_out_tasks(HouseholdEnv(), 16, 1)
     cases = {
-        "batch 1 without prefix reuse": (1, "none"),
-        "batch 1 with prefix reuse": (1, "session"),
-        "batch 16 without prefix reuse": (16, "none"),
-        "batch 16 with prefix reuse": (16, "session"),
-        "batch 16 with serve prefix cache": (16, "serve"),
+        "batch 1 without prefix reuse": (1, "none", False),
+        "batch 1 with prefix reuse": (1, "session", False),
+        "batch 16 without prefix reuse": (16, "none", False),
+        "batch 16 with prefix reuse": (16, "session", False),
+        "batch 16 with serve prefix cache": (16, "serve", False),
+        "batch 16 with prefix reuse, bf16 weights": (16, "session", True),
     }
     return {
-        name: _generation_case(name, student, tasks[:batch], reuse, args.turns)
-        for name, (batch, reuse) in cases.items()
+        name: _generation_case(name, students[bf16], tasks[:batch], reuse, args.turns)
+        for name, (batch, reuse, bf16) in cases.items()
     }
 
 
@@ -166,6 +168,9 @@ def _generation_ratios(gen: dict) -> dict[str, float]:
         ),
         "generate batch 16: serve prefix cache / no reuse": _ratio(
             gen, "batch 16 with serve prefix cache", "batch 16 without prefix reuse"
+        ),
+        "generate batch 16 with reuse: bf16 / fp32 weights": _ratio(
+            gen, "batch 16 with prefix reuse, bf16 weights", "batch 16 with prefix reuse"
         ),
         "generate batch 1: reuse / no reuse": _ratio(
             gen, "batch 1 with prefix reuse", "batch 1 without prefix reuse"
@@ -209,8 +214,7 @@ def main() -> None:
         print("training:", flush=True)
         train = training(args, _rows(12))
     ratios = {**(_ratios(train) if train else {}), **_generation_ratios(gen)}
-    fastest = max(gen["batch 16 with prefix reuse"]["tokens_per_s"],
-                  gen["batch 16 with serve prefix cache"]["tokens_per_s"])  # fmt: skip
+    fastest = max(gen[name]["tokens_per_s"] for name in gen if name.startswith("batch 16 with"))
     goals = {"generate batch 16 with reuse >= 300 tokens/s": fastest >= GENERATION_GOAL}
     if train:
         goals["train bf16 >= 1000 tokens/s"] = (
