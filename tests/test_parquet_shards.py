@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from typer.testing import CliRunner
 
+from trajforge.cli.main import app
 from trajforge.errors import UserError
 from trajforge.export import export
 from trajforge.importers import import_paths
@@ -149,6 +151,22 @@ def test_cli_ls_and_stats_read_the_shards(stores, tmp_path: Path) -> None:
         from_store = json.loads(_cli(*args, "--db", str(store.path)))
         assert json.loads(_cli(*args, "--parquet", str(shards))) == from_store
         assert from_store
+
+
+def test_ls_refuses_both_db_and_parquet_but_not_a_db_from_the_environment(
+    stores, tmp_path: Path
+) -> None:
+    store, _, _ = stores
+    shards = tmp_path / "both-shards"
+    export("parquet", store, shards, shard_rows=100)
+    both = ["ls", "--json", "--db", str(store.path), "--parquet", str(shards)]
+    done = CliRunner().invoke(app, both)
+    assert done.exit_code == 1 and "give --db or --parquet, not both" in done.output
+    listed = CliRunner().invoke(
+        app, ["ls", "--json", "--parquet", str(shards)], env={"TRAJFORGE_DB": str(store.path)}
+    )
+    assert listed.exit_code == 0, listed.output
+    assert json.loads(listed.stdout)  # the shards' runs
 
 
 def test_a_failed_export_leaves_the_old_shards(stores, tmp_path: Path, monkeypatch) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import io
+import os
 import sqlite3
 import sys
 from collections.abc import Callable
@@ -57,7 +58,10 @@ ParquetOption = Annotated[
 
 
 def open_runs(db: Path | None, parquet: Path | None) -> AbstractContextManager[RunRows]:
-    """Where `ls` and `stats` read summary rows: the store, or Parquet shards when given."""
+    """Where `ls` and `stats` read summary rows: the store, or Parquet shards when given
+    (a `--db` other than $TRAJFORGE_DB given as well is an error)."""
+    if parquet is not None and db is not None and str(db) != os.environ.get("TRAJFORGE_DB"):
+        raise UserError("give --db or --parquet, not both: they are two sources of runs")
     if parquet is not None:
         from trajforge.store.parquet import ParquetRuns
 
