@@ -79,3 +79,12 @@ def growing_cache(layers: int, states: Sequence[tuple[Any, Any]] = ()) -> Cache:
     for layer, (keys, values) in zip(grown, states, strict=False):
         layer.update(keys, values)
     return Cache(layers=list[Any](grown))
+
+
+def cache_argument(model: Any) -> str:
+    """Newer transformers name the key/value cache argument `cache`, older `past_key_values`
+    (a PEFT wrapper passes either on to the model it wraps)."""
+    import inspect
+
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"

@@ -190,13 +190,6 @@ def _load_model(path: Path) -> Any:
         raise UserError(f"{path}: cannot load the model ({one_line(str(exc), 200)})") from None
 
 
-def _cache_argument(model: Any) -> str:
-    """Newer transformers name the key/value cache argument `cache`, older `past_key_values`."""
-    import inspect
-
-    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
-
-
 def _layer_count(model: Any) -> int:
     return int(model.config.get_text_config().num_hidden_layers)
 
@@ -209,9 +202,11 @@ class _Batch:
     are exactly those of its tokens alone (padding is never attended to)."""
 
     def __init__(self, student: Student, cache: Any, mask: Any, last: Any) -> None:
+        from trajforge.serve.kv_cache import cache_argument
+
         self.student = student
         self.cache, self.mask, self.last = cache, mask, last
-        self.cache_arg = _cache_argument(student.model)
+        self.cache_arg = cache_argument(student.model)
 
     @classmethod
     def empty(cls, student: Student, rows: int) -> _Batch:

@@ -40,6 +40,7 @@ from trajforge.serve.codec import Codec, CompactCodec
 from trajforge.serve.student import MANIFEST, MODEL_DIR, read_manifest
 from trajforge.train import hf_student
 from trajforge.train.atomic import restore_previous, write_directory
+from trajforge.train.loss import learned_loss
 from trajforge.train.rows import chat_row
 
 STATE_FILE = "state.pt"
@@ -221,23 +222,6 @@ def _step(model, optimizer, data, pad_id, config: SFTConfig, generator) -> tuple
     torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], 1.0)
     optimizer.step()
     return total / config.accumulate, tokens
-
-
-def learned_loss(model: Any, ids: Any, attention: Any, labels: Any) -> Any:
-    """Mean cross-entropy of the next token over the positions whose next token is learned.
-
-    The same figure as the model's own `labels=` loss, but the output layer and the softmax
-    over the vocabulary (49,152 tokens for SmolLM2) run only at the positions some row of
-    the batch learns from (`logits_to_keep`), not at every position."""
-    import torch
-
-    targets = labels[:, 1:]
-    positions = (targets != -100).any(dim=0).nonzero().squeeze(1)
-    logits = model(input_ids=ids, attention_mask=attention, logits_to_keep=positions).logits
-    picked = targets[:, positions]
-    return torch.nn.functional.cross_entropy(
-        logits.float().reshape(-1, logits.shape[-1]), picked.reshape(-1), ignore_index=-100
-    )
 
 
 def _batch(batch: list[tuple], pad_id: int) -> tuple[Any, Any, Any]:
