@@ -488,6 +488,9 @@ def run_arm(config: LabConfig, seed: int, name: str) -> dict[str, Any]:
     arm = next(a for a in ARMS if a.name == name)
     started = time.time()
     rows = arm.rows(lab, seed)
+    if not rows:  # a guided teacher that solved and recovered nothing gives T no rows
+        print(f"seed {seed} {name}: no training rows, not trained", flush=True)
+        return {"rows": 0, "not_trained": "the arm's data has no rows", **lab.details}
     checkpoint = _train(lab, arm, seed, rows)
     trained = time.time()
     evaluation = _evaluate(lab, checkpoint)
@@ -526,6 +529,7 @@ def run_all(
     needs are done."""
     results: dict[int, dict[str, Any]] = {seed: dict(done.get(seed, {})) for seed in seeds}
     pending = [(seed, name) for seed in seeds for name in names if name not in results[seed]]
+    pending.sort(key=lambda job: "@" in job[1])  # every seed's main arms before the curve
     needs = {arm.name: arm.needs for arm in ARMS}
     running: dict[Any, tuple[int, str]] = {}
     with ProcessPoolExecutor(max_workers=max(1, jobs)) as pool:
@@ -560,12 +564,18 @@ def _kinds(rows: list[dict]) -> dict[str, int]:
 def summarize(per_seed: dict[int, dict[str, Any]], arm_names: list[str]) -> dict[str, Any]:
     arms = {}
     for name in arm_names:
-        runs = [per_seed[s][name] for s in sorted(per_seed) if name in per_seed[s]]
+        recorded = [per_seed[s][name] for s in sorted(per_seed) if name in per_seed[s]]
+        runs = [r for r in recorded if "success" in r]
+        if len(runs) < len(recorded):
+            arms[name] = {"not_trained_seeds": len(recorded) - len(runs)}
+            if "teacher" in recorded[0]:
+                arms[name]["teacher"] = recorded[0]["teacher"]
         if not runs:
             continue
         success = [x for r in runs for x in r["success"]]
         recovery = [x for r in runs for x in r["recovery"]]
         arms[name] = {
+            **arms.get(name, {}),
             "success": rate(success)["rate"],
             "success_ci": list(wilson(sum(success), len(success))),
             "recovery": rate(recovery)["rate"],
@@ -578,8 +588,9 @@ def summarize(per_seed: dict[int, dict[str, Any]], arm_names: list[str]) -> dict
         if "teacher" in runs[0]:  # the guided teacher is shared by every seed
             arms[name]["teacher"] = runs[0]["teacher"]
     adds_to = {arm.name: arm.adds_to for arm in ARMS}
-    for name in arms:
-        for base in sorted({"E", adds_to.get(name, "E")} & set(arms) - {name}):
+    trained = {name for name, arm in arms.items() if "success" in arm}
+    for name in trained:
+        for base in sorted({"E", adds_to.get(name, "E")} & trained - {name}):
             arms[name][f"vs_{base}"] = {
                 key: paired_difference(per_seed, name, base, key) for key in ("success", "recovery")
             }
@@ -588,7 +599,10 @@ def summarize(per_seed: dict[int, dict[str, Any]], arm_names: list[str]) -> dict
 
 def paired_difference(per_seed, arm: str, base: str, key: str, draws: int = 2000) -> dict:
     """Mean difference over seeds, 95% bootstrap interval resampling test items (paired)."""
-    seeds = [s for s in sorted(per_seed) if arm in per_seed[s] and base in per_seed[s]]
+    seeds = [
+        s for s in sorted(per_seed)
+        if key in per_seed[s].get(arm, {}) and key in per_seed[s].get(base, {})
+    ]  # fmt: skip
     if not seeds:
         return None
     a = [per_seed[s][arm][key] for s in seeds]
@@ -616,6 +630,9 @@ def table(arms: dict[str, Any]) -> str:
         "|---|---|---|---|---|",
     ]
     for name, arm in arms.items():
+        if "success" not in arm:
+            lines.append(f"| {name} | not trained: no rows | | | |")
+            continue
         versus = arm.get("vs_E", {})
         cells = [
             f"{arm['success']:.3f} [{arm['success_ci'][0]:.3f}, {arm['success_ci'][1]:.3f}]",
@@ -758,7 +775,7 @@ def _load_partial(path: Path | None) -> dict:
 def report(per_seed, names: list[str], config: LabConfig, commands: list[str], wall: float) -> dict:
     """The JSON result; `complete` is false when some (arm, seed) has no result."""
     arms = summarize(per_seed, names)
-    done = [r for runs in per_seed.values() for r in runs.values()]
+    done = [r for runs in per_seed.values() for r in runs.values() if "success" in r]
     return {
         "command": commands[-1],
         "commands": commands,
