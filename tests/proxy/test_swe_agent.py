@@ -27,6 +27,7 @@ from trajforge.store import Store
 from .harness_install import installed_mini
 
 INSTANCE = "psf__requests-6028"
+UPSTREAM_KEY = "sk-upstream-test-key"
 MINI = installed_mini()
 OUTSIDE = Path("/etc/trajforge-sandbox-probe")
 pytestmark = [
@@ -76,8 +77,10 @@ def fixing_run(tmp_path_factory: pytest.TempPathFactory) -> tuple:
     with MockOpenAIServer(_fixing_script()) as upstream:
         args = ["swe", "agent", INSTANCE, "--model-url", upstream.base_url, "--db", str(db)]
         args += ["--mini", str(MINI.parent.parent), "--out", str(out), "--json"]
-        done = CliRunner().invoke(app, args)
+        done = CliRunner().invoke(app, args, env={"TRAJFORGE_API_KEY": UPSTREAM_KEY})
+        keys = {h.get("authorization") for h in upstream.headers}
     assert done.exit_code == 0, done.output
+    assert keys == {f"Bearer {UPSTREAM_KEY}"}  # --api-key (from the environment) reached it
     result = AgentRunResult.model_validate_json(done.stdout)
     with Store(db) as store:
         return result, store.get(result.trajectory_id), folder
@@ -107,6 +110,11 @@ def test_the_recorded_run_holds_commands_outputs_token_ids_and_the_verdict(fixin
     harness = traj.metadata["harness"]
     assert harness["name"] == "mini-swe-agent" and harness["version"] == "2.4.6"
     assert "netloc = '@'.join([auth, netloc])" in harness["submission"]
+
+
+def test_the_api_key_is_not_stored(fixing_run) -> None:
+    _, _, folder = fixing_run
+    assert UPSTREAM_KEY.encode() not in (folder / "runs.db").read_bytes()
 
 
 def test_mini_swe_agent_keeps_its_own_trajectory_file(fixing_run) -> None:

@@ -17,6 +17,7 @@ from trajforge.cli.common import (
     guarded,
     print_json,
 )
+from trajforge.cli.options import ApiKeyOption
 from trajforge.envs.swe_bench import validate as validation
 from trajforge.envs.swe_bench.build import build_all
 from trajforge.envs.swe_bench.cache import cache_dir
@@ -175,6 +176,7 @@ def agent_command(
         ),
     ],
     model: Annotated[str, typer.Option("--model", help="Model name sent to it.")] = "trajforge",
+    api_key: ApiKeyOption = None,
     mini: Annotated[
         str,
         typer.Option(
@@ -213,6 +215,7 @@ def agent_command(
          "time_limit_s": "--time-limit", "configs": "--config"},
         executable=mini, model_url=model_url, model_name=model, step_limit=steps,
         time_limit_s=time_limit, configs=config or ["swebench.yaml"], session=session,
+        api_key=api_key,
         output=str(out) if out else None,
     )  # fmt: skip
     env_config = SweBenchConfig(
