@@ -6,9 +6,10 @@ Training (one process, the same real rows for every case): optimizer steps of `t
 own step function on batches of `--batch` household rows cut to their last `--tokens`
 tokens (as `train sft` cuts), for full fine-tuning and LoRA (rank 16), each in fp32 and under
 bfloat16 autocast, and, for reference, full fine-tuning with the weights themselves in
-bfloat16 (what the issue's 418 tokens/s measured). Tokens/s counts every token of the batch
-(the rows are cut to the same length, so there is no padding) over `--steps` timed steps
-after one warm-up step.
+bfloat16 (what the issue's 418 tokens/s measured). The cut rows share no opening; a last
+case trains LoRA on whole rows (at most 1,024 tokens, what the lab trains on), whose shared
+system prompt goes through the model once per batch. Tokens/s counts every token of the
+batches (padding excluded) over `--steps` timed steps after one warm-up step.
 
 Generation: household episodes in lock-step (`run_lockstep`'s loop, what `eval --ckpt` runs,
 on the same `Student.generate` that `serve` batches requests into) of batch 1 and batch 16,
@@ -54,34 +55,45 @@ def _rows(count: int) -> list[tuple[list[dict], list[dict]]]:
     return sequences(row for run in runs for row in household_rows(run))
 
 
-def _training_case(name: str, args, rows, weights_bf16: bool, **settings: Any) -> dict:
+def _training_data(args, codec, rows, whole: bool) -> tuple[list, int]:
+    """Rows cut to their last `--tokens` tokens (no two share an opening), or whole rows of
+    at most 1,024 tokens (all open with the same system prompt); and the context."""
+    encoded = [codec.encode(m, t) for m, t in rows]
+    if whole:
+        return [(ids, mask) for ids, mask in encoded if len(ids) <= 1024 and any(mask)], 1024
+    cut = [(ids[-args.tokens :], mask[-args.tokens :]) for ids, mask in encoded]
+    return [row for row in cut if len(row[0]) == args.tokens and any(row[1])], args.tokens
+
+
+def _training_case(
+    name: str, args, rows, weights_bf16: bool, whole: bool = False, **settings: Any
+) -> dict:
     import torch
 
     from trajforge.train import hf_student, sft
 
     config = sft.SFTConfig(model=args.model, batch_size=args.batch, lr=1e-5, warmup=0,
-                           max_context=args.tokens, **settings)  # fmt: skip
+                           max_context=1024 if whole else args.tokens, **settings)  # fmt: skip
     model, codec = hf_student.load_base(config)
     if weights_bf16:
         model = model.to(torch.bfloat16)
-    data = [(ids[-args.tokens :], mask[-args.tokens :]) for ids, mask in
-            (codec.encode(m, t) for m, t in rows)]  # fmt: skip
-    data = [row for row in data if len(row[0]) == args.tokens and any(row[1])]
+    data, _ = _training_data(args, codec, rows, whole)
     trainable = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(trainable, lr=config.lr)
     generator = torch.Generator().manual_seed(0)
     model.train()
     sft._step(model, optimizer, data, codec.pad_id, config, generator)  # warm-up
-    started = time.perf_counter()
+    started, tokens = time.perf_counter(), 0
     for step in range(args.steps):
-        loss, _ = sft._step(model, optimizer, data, codec.pad_id, config, generator)
-        done = time.perf_counter() - started
-        rate = (step + 1) * args.batch * args.tokens / done
+        loss, held = sft._step(model, optimizer, data, codec.pad_id, config, generator)
+        tokens += held
+        rate = tokens / (time.perf_counter() - started)
         print(f"  {name}: step {step + 1}/{args.steps} loss {loss:.3f} {rate:.0f} tokens/s",
               flush=True)  # fmt: skip
     seconds = time.perf_counter() - started
     return {
-        "tokens_per_s": round(args.steps * args.batch * args.tokens / seconds, 1),
+        "tokens_per_s": round(tokens / seconds, 1),
+        "tokens": tokens,
         "seconds": round(seconds, 2),
         "trained_parameters": sum(p.numel() for p in trainable),
     }
@@ -94,6 +106,9 @@ def training(args, rows) -> dict[str, dict]:
         "lora fp32": dict(weights_bf16=False, lora_rank=16),
         "lora bf16 autocast": dict(weights_bf16=False, lora_rank=16, bf16=True),
         "full bf16 weights": dict(weights_bf16=True),
+        "lora bf16 autocast, whole rows": dict(
+            weights_bf16=False, lora_rank=16, bf16=True, whole=True
+        ),
     }
     return {name: _training_case(name, args, rows, **case) for name, case in cases.items()}
 
@@ -190,6 +205,9 @@ def _ratios(train: dict) -> dict[str, float]:
             train, "lora bf16 autocast", "full bf16 autocast"
         ),
         "train full: bf16 weights / fp32": ratio(train, "full bf16 weights", "full fp32"),
+        "train lora bf16: whole rows / cut rows": ratio(
+            train, "lora bf16 autocast, whole rows", "lora bf16 autocast"
+        ),
     }
 
 
@@ -217,13 +235,9 @@ def main() -> None:
     fastest = max(gen[name]["tokens_per_s"] for name in gen if name.startswith("batch 16 with"))
     goals = {"generate batch 16 with reuse >= 300 tokens/s": fastest >= GENERATION_GOAL}
     if train:
-        goals["train bf16 >= 1000 tokens/s"] = (
-            max(
-                train["full bf16 autocast"]["tokens_per_s"],
-                train["lora bf16 autocast"]["tokens_per_s"],
-            )
-            >= TRAIN_GOAL
-        )
+        bf16_cases = [case for name, case in train.items() if "bf16 autocast" in name]
+        fastest_training = max(case["tokens_per_s"] for case in bf16_cases)
+        goals["train bf16 >= 1000 tokens/s"] = fastest_training >= TRAIN_GOAL
     for name, value in ratios.items():
         print(f"{name}: {value}x")
     for name, met in goals.items():
