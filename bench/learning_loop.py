@@ -95,7 +95,7 @@ from trajforge.train.evaluate import (
 )
 from trajforge.train.guided import LockstepRunner
 from trajforge.train.rows import preference_pairs, sequences
-from trajforge.train.sft import Progress, SFTConfig, train_sft
+from trajforge.train.sft import Progress, SFTConfig, checked_rows, data_fingerprint, train_sft
 
 Row = tuple[list[dict], list[dict]]
 RESULTS = Path(__file__).parent / "results" / "learning_loop.json"
@@ -356,8 +356,24 @@ def train_rows(
     )
     tasks = sorted({row["task_id"] for row in rows})
     manifest = {"name": name, "train_tasks": tasks}
-    train_sft(sequences(rows), out, sft, manifest=manifest, progress=progress)
+    chats = sequences(rows)
+    if not _trained_already(out, sft, chats):
+        train_sft(chats, out, sft, manifest=manifest, progress=progress)
     return out
+
+
+def _trained_already(out: Path, sft: SFTConfig, chats: list) -> bool:
+    """Whether `out` holds a finished checkpoint of this configuration on these rows (an
+    interrupted lab keeps the students it had trained)."""
+    path = out / "trajforge.json"
+    if not path.is_file():
+        return False
+    manifest = orjson.loads(path.read_bytes())
+    return (
+        manifest.get("step") == sft.steps
+        and manifest.get("config") == sft.model_dump()
+        and manifest.get("data_sha256") == data_fingerprint(checked_rows(chats))
+    )
 
 
 def dpo_steps(config: LabConfig) -> int:
@@ -467,10 +483,10 @@ def _evaluate(lab: Lab, checkpoint: Path) -> dict[str, Any]:
     recovery_tasks = held_out_tasks(env, config.recovery_states + 40, config.difficulty, 500_000)
     trained_on = student.manifest["train_tasks"]
     check_held_out([t.id for t in tests + recovery_tasks], trained_on)
-    runs = _lockstep(student, fresh_starts(HouseholdEnv, tests), config)
+    plain = fresh_starts(HouseholdEnv, tests)
     starts = recovery_starts(HouseholdEnv, recovery_tasks, ObservableTeacher(), seed=7)
-    starts = starts[: config.recovery_states]
-    recovered = _lockstep(student, starts, config)
+    both = _lockstep(student, plain + starts[: config.recovery_states], config)
+    runs, recovered = both[: len(plain)], both[len(plain) :]  # one lock-step, fewer rounds
     return {
         "success": [bool(t.outcome.success) for t in runs],
         "recovery": [bool(t.outcome.success) for t in recovered],

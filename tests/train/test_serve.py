@@ -128,3 +128,17 @@ def test_a_request_without_a_limit_gets_the_servers_max_tokens(student_dir: Path
         server.stop()
     assert unlimited.usage.completion_tokens == 3 and unlimited.choices[0].finish_reason == "length"
     assert 3 < capped.usage.completion_tokens <= 24  # a request's own limit, capped at 8 times
+
+
+def test_a_fine_tuned_pretrained_student_keeps_more_context_than_its_rows() -> None:
+    from types import SimpleNamespace
+
+    from trajforge.serve.student import BASE_CONTEXT, serving_context
+
+    def model(positions: int) -> SimpleNamespace:
+        return SimpleNamespace(config=SimpleNamespace(max_position_embeddings=positions))
+
+    pretrained = {"max_context": 1024, "codec": {"kind": "hf"}}
+    assert serving_context(pretrained, model(8192)) == BASE_CONTEXT
+    assert serving_context(pretrained, model(1536)) == 1536
+    assert serving_context({"max_context": 1024, "codec": {"kind": "compact"}}, model(8192)) == 1024

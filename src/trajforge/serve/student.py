@@ -119,7 +119,7 @@ class Student:
             self.model = self.model.to(torch.bfloat16)
         self.model.eval()
         self.name = self.manifest.get("name") or self.path.name
-        self.max_context = int(self.manifest.get("max_context", 1024))
+        self.max_context = serving_context(self.manifest, self.model)
 
     def generate(
         self,
@@ -162,6 +162,18 @@ class Student:
             logprobs = torch.log_softmax(logits.float(), dim=-1)
         picked = logprobs.gather(1, torch.tensor(list(completion_ids)).unsqueeze(1))
         return [float(x) for x in picked.squeeze(1)]
+
+
+def serving_context(manifest: dict[str, Any], model: Any) -> int:
+    """Tokens a prompt plus its completion may hold. A student trained from scratch knows no
+    position past its training context; a pretrained one (an `hf` codec) keeps at least
+    `BASE_CONTEXT` of its own, however short the rows it was fine-tuned on (an agent's
+    episode outgrows its training rows: cutting its start would drop the system prompt)."""
+    trained = int(manifest.get("max_context", 1024))
+    if manifest.get("codec", {}).get("kind") != "hf":
+        return trained
+    limit = int(getattr(model.config, "max_position_embeddings", None) or BASE_CONTEXT)
+    return max(trained, min(BASE_CONTEXT, limit))
 
 
 def _shifted(sink: TokenSink | None, offset: int) -> TokenSink | None:
