@@ -34,9 +34,9 @@ MODEL_DIR = "model"
 BASE_CONTEXT = 2048
 """Longest sequence (tokens) a pretrained model is served with when it is not a checkpoint."""
 MAX_ROWS = 512
+"""Prompts decoded together at most by one `Student.generate` call (more run in turn)."""
 MIN_SHARED = 32
 """Opening tokens a batch's prompts must share for `_Batch.feed` to feed them only once."""
-"""Prompts decoded together at most by one `Student.generate` call (more run in turn)."""
 TokenSink = Callable[[int, int, float], None]
 """Called as each token is chosen: (row, token id, logprob)."""
 
