@@ -44,9 +44,9 @@ from trajforge.schema import Message, Outcome, Task, TerminationReason, Trajecto
 from trajforge.serve.student import DecodeSession, Student, answer_message
 
 HELD_OUT_START = 1_000_000
+"""Household world seeds from here on are never used to make training data."""
 LOCKSTEP_ROWS = 128
 """Episodes `run_lockstep` decodes in one batch."""
-"""Household world seeds from here on are never used to make training data."""
 Start = tuple[Environment, Trajectory]
 
 
