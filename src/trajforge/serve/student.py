@@ -27,7 +27,7 @@ import orjson
 from trajforge.errors import UserError, one_line
 from trajforge.models.smollm import is_pretrained, resolve_model
 from trajforge.serve.codec import SPECIALS, Codec, CompactCodec, HFCodec
-from trajforge.serve.prefix_cache import Entry, Hit, PrefixCache
+from trajforge.serve.prefix_cache import Entry, Hit, PrefixCache, common_length
 
 MANIFEST = "trajforge.json"
 MODEL_DIR = "model"
@@ -309,12 +309,8 @@ def _shared_length(segments: Sequence[Sequence[int]]) -> int:
     """How many opening tokens all segments share, leaving each at least one of its own."""
     if len(segments) < 2:
         return 0
-    first = segments[0]
     limit = min(len(s) for s in segments) - 1
-    for index in range(limit):
-        if any(s[index] != first[index] for s in segments):
-            return index
-    return max(limit, 0)
+    return min(limit, *(common_length(segments[0], s) for s in segments[1:]))
 
 
 def _stack(hits: Sequence[Hit], width: int, layer: int, kind: str) -> Any:
