@@ -1,7 +1,7 @@
 """The learning lab: what does each kind of trajforge data do to a student?
 
     python bench/learning_loop.py [--quick] [--seeds 3] [--steps 1200] [--jobs 2] [--arms E,O]
-                                  [--student tiny|smollm2-135m]
+                                  [--student tiny|smollm2-135m] [--lr LR] [--work DIR]
                                   [--resume PARTIAL] [--report PARTIAL]
                                   [--out bench/results/learning_loop.json]
 
@@ -95,7 +95,14 @@ from trajforge.train.evaluate import (
 )
 from trajforge.train.guided import LockstepRunner
 from trajforge.train.rows import preference_pairs, sequences
-from trajforge.train.sft import Progress, SFTConfig, checked_rows, data_fingerprint, train_sft
+from trajforge.train.sft import (
+    Progress,
+    SFTConfig,
+    StepDone,
+    checked_rows,
+    data_fingerprint,
+    train_sft,
+)
 
 Row = tuple[list[dict], list[dict]]
 RESULTS = Path(__file__).parent / "results" / "learning_loop.json"
@@ -337,7 +344,8 @@ def train_rows(
     steps: int | None = None,
     progress: Progress | None = None,
 ) -> Path:
-    """A student of the lab's size and budget (`steps`: the lab's) trained on `rows`."""
+    """A student of the lab's size and budget (`steps`: the lab's) trained on `rows`; a line
+    every tenth of the steps unless `progress` is given."""
     steps = steps or config.steps
     sft = SFTConfig(
         model=config.student,
@@ -358,8 +366,23 @@ def train_rows(
     manifest = {"name": name, "train_tasks": tasks}
     chats = sequences(rows)
     if not _trained_already(out, sft, chats):
-        train_sft(chats, out, sft, manifest=manifest, progress=progress)
+        train_sft(chats, out, sft, manifest=manifest, progress=progress or step_lines(name))
     return out
+
+
+def step_lines(name: str) -> Progress:
+    """Progress that prints `name`'s step, loss and elapsed time every tenth of its steps."""
+    started = time.time()
+
+    def line(done: StepDone) -> None:
+        if done.step % max(1, done.steps // 10) == 0 or done.step == done.steps:
+            elapsed = time.time() - started
+            print(
+                f"{name}: step {done.step}/{done.steps} loss {done.loss:.4f} ({elapsed:.0f}s)",
+                flush=True,
+            )
+
+    return line
 
 
 def _trained_already(out: Path, sft: SFTConfig, chats: list) -> bool:
@@ -707,7 +730,7 @@ def lab_config(args: argparse.Namespace) -> LabConfig:
             setattr(config, key, value)
         if args.out == RESULTS:
             args.out = RESULTS.with_name(f"learning_loop_{args.student}.json")
-    fields = ("steps", "hidden", "batch_size", "test_worlds", "recovery_states")
+    fields = ("steps", "hidden", "batch_size", "test_worlds", "recovery_states", "lr", "work")
     for field in (*fields, "teacher_failures"):
         if getattr(args, field):
             setattr(config, field, getattr(args, field))
@@ -731,6 +754,8 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="The guided teacher's failures searched by guided recovery, for T+P (150).",
     )
+    parser.add_argument("--lr", type=float, default=None, help="Learning rate (1e-3; 2e-4 LoRA).")
+    parser.add_argument("--work", default=None, help="Where checkpoints are kept.")
     parser.add_argument("--jobs", type=int, default=2, help="Arms trained in parallel.")
     parser.add_argument(
         "--arms",
