@@ -60,7 +60,8 @@ def worker_pool(
 
 def ray_session(cpus: int) -> Any:
     """The `ray` module with a session: the running one, else the cluster at `$RAY_ADDRESS`,
-    else a local Ray with `cpus` CPUs. Workers need only trajforge installed."""
+    else a local Ray with `cpus` CPUs whose workers run at the caller's priority. Workers
+    need only trajforge installed."""
     try:
         import ray
     except ImportError:
@@ -69,5 +70,9 @@ def ray_session(cpus: int) -> Any:
         if os.environ.get("RAY_ADDRESS"):
             ray.init(address=os.environ["RAY_ADDRESS"], log_to_driver=False)
         else:
+            # Ray runs its workers at nice 15; on a busy machine they then wait behind every
+            # other job, and a local run is the user's main job (3-4x slower under a niced
+            # neighbour). A value the user set is kept.
+            os.environ.setdefault("RAY_worker_niceness", "0")
             ray.init(num_cpus=max(1, cpus), include_dashboard=False, log_to_driver=False)
     return ray

@@ -19,6 +19,7 @@ from trajforge.envs.swe_bench.cache import cache_dir
 from trajforge.envs.swe_bench.judge import JudgeJob, JudgeReport, judge_all
 from trajforge.envs.swe_bench.validate import validate_all
 from trajforge.errors import UserError
+from trajforge.processes import ray_session
 
 ray = pytest.importorskip("ray")
 
@@ -32,8 +33,8 @@ pytestmark = [
 
 
 @pytest.fixture(scope="module", autouse=True)
-def ray_session():
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
+def local_ray():
+    ray_session(2)  # a local Ray whose workers run at this process's priority
     yield
     ray.shutdown()
 

@@ -2,11 +2,14 @@
 behind the mock OpenAI-compatible server: of k=2 samples, the one whose bash actions fix the
 bug is judged resolved by the real judge, verified by replay and becomes the only SFT row;
 the one that does not is judged unresolved, and where the two part the fix is chosen over the
-failed action in a preference pair. The rows load with `datasets`."""
+failed action in a preference pair. The rows load with `datasets`. On the Ray backend the
+episodes run as Ray tasks (the mock server and the cache reached from the workers) and give
+the same rows."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -62,25 +65,36 @@ SCRIPT = [LOOK, FIX, TESTS, SUBMIT, LOOK, WRONG, SUBMIT]
 """Sample 0 fixes the bug; sample 1 (the episodes run in order) only adds a comment."""
 
 
-def _rft(tmp_path: Path, base_url: str) -> dict:
+def _rft(tmp_path: Path, base_url: str, backend: str) -> dict:
     tasks = tmp_path / "tasks.json"
     tasks.write_text(json.dumps([INSTANCE]))
     args = ["rft", "--env", "swe-bench", "--tasks", str(tasks), "--policy", "llm"]
     args += ["--base-url", base_url, "--llm-model", "mock", "--k", "2", "--pairs"]
     args += ["--out", str(tmp_path / "data"), "--db", str(tmp_path / "rft.db"), "--json"]
+    args += ["--backend", backend]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     return json.loads(result.stdout)
 
 
+@pytest.fixture(params=["local", "ray"])
+def backend(request: pytest.FixtureRequest) -> Iterator[str]:
+    if request.param == "local":
+        yield "local"
+        return
+    ray = pytest.importorskip("ray")
+    yield "ray"
+    ray.shutdown()  # the command started it, with this test's environment variables
+
+
 def test_rft_keeps_the_judged_fix_and_pairs_it_with_the_failed_sample(
-    tmp_path: Path, swe_bench_cache: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, swe_bench_cache: Path, monkeypatch: pytest.MonkeyPatch, backend: str
 ) -> None:
     import datasets
 
     monkeypatch.setenv("TRAJFORGE_SWE_BENCH_CACHE", str(swe_bench_cache))
     with MockOpenAIServer(SCRIPT) as server:
-        summary = _rft(tmp_path, server.base_url)
+        summary = _rft(tmp_path, server.base_url, backend)
         assert len(server.requests) == len(SCRIPT)
     counts = {key: summary[key] for key in ("sampled", "successes", "verified", "kept", "pairs")}
     assert counts == {"sampled": 2, "successes": 1, "verified": 1, "kept": 1, "pairs": 1}
