@@ -7,7 +7,8 @@
 
 Students (the `tiny` preset: a ~0.7M-parameter Llama-style model trained from scratch with a
 word-level vocabulary; or, with `--student smollm2-135m`, SmolLM2-135M-Instruct fine-tuned
-with LoRA rank 16 under bf16 autocast, results in `learning_loop_smollm2-135m.json`) are
+with LoRA rank 16 under bf16 autocast where the CPU has bf16 units and in fp32 elsewhere
+(`--resume` does not mix the two), results in `learning_loop_smollm2-135m.json`) are
 trained at equal steps on household difficulty-1 data, one arm per
 kind of data, each with several seeds:
 
@@ -82,6 +83,7 @@ from trajforge.generate.recovery import (
 )
 from trajforge.rollout.episode import Limits, run_episode
 from trajforge.schema import Trajectory
+from trajforge.serve.precision import cpu_has_bf16
 from trajforge.serve.student import Student
 from trajforge.train.dpo import DPOConfig, train_dpo
 from trajforge.train.evaluate import (
@@ -131,6 +133,9 @@ class LabConfig:
     lora_rank: int = 0
     max_context: int = 1024
     max_new_tokens: int = 16
+    bf16: bool = False
+    """bf16 autocast in training and bf16 weights in rollouts: a pretrained student's, where
+    the CPU has bf16 units (without them bf16 is about 17 times slower than fp32)."""
 
 
 PRETRAINED = {"lr": 1e-3, "steps": 64, "lora_rank": 16, "max_new_tokens": 48, "batch_size": 4}
@@ -148,9 +153,9 @@ PRETRAINED_QUICK = {
 
 
 def _student(config: LabConfig, checkpoint: Path) -> Student:
-    """A trained student to roll out (a pretrained one with bfloat16 weights, as it trained
-    under bf16 autocast)."""
-    return Student(checkpoint, bf16=config.student != "tiny")
+    """A trained student to roll out (with bfloat16 weights where it trained under bf16
+    autocast)."""
+    return Student(checkpoint, bf16=config.bf16)
 
 
 def _lockstep(student: Student, starts, config: LabConfig) -> list:
@@ -352,7 +357,7 @@ def train_rows(
     sft = SFTConfig(
         model=config.student,
         lora_rank=config.lora_rank,
-        bf16=config.student != "tiny",
+        bf16=config.bf16,
         max_context=config.max_context,
         steps=steps,
         batch_size=config.batch_size,
@@ -544,6 +549,7 @@ def run_arm(config: LabConfig, seed: int, name: str) -> dict[str, Any]:
         "final_loss": statistics.fmean(r["loss"] for r in curve[-20:]),
         "train_s": round(trained - started, 1),
         "eval_s": round(time.time() - trained, 1),
+        "bf16": config.bf16,
         **evaluation,
         **lab.details,
     }
@@ -730,6 +736,7 @@ def lab_config(args: argparse.Namespace) -> LabConfig:
         config.work += f"_{args.student}"
         for key, value in {**PRETRAINED, **(PRETRAINED_QUICK if args.quick else {})}.items():
             setattr(config, key, value)
+        config.bf16 = cpu_has_bf16()
         if args.out == RESULTS:
             args.out = RESULTS.with_name(f"learning_loop_{args.student}.json")
     fields = ("steps", "hidden", "batch_size", "test_worlds", "recovery_states", "lr", "work")
@@ -785,6 +792,8 @@ def main(argv: list[str] | None = None) -> int:
         argv if argv is not None else sys.argv[1:]
     )
     earlier = _load_partial(args.report or args.resume)
+    if args.resume:
+        check_same_precision(earlier, config)
     commands = [*earlier.pop("commands", []), command]
     names += [n for runs in earlier.values() for n in runs if n not in names]
     if args.report:
@@ -813,6 +822,23 @@ def _load_partial(path: Path | None) -> dict:
     loaded = orjson.loads(path.read_bytes())
     commands = loaded.pop("commands", [])
     return {"commands": commands, **{int(seed): runs for seed, runs in loaded.items()}}
+
+
+def check_same_precision(earlier: dict, config: LabConfig) -> None:
+    """Refuse to resume results made in another precision (seeds of one arm must compare):
+    a result without the field was made before it existed, in bf16 for a pretrained student."""
+    for seed, runs in earlier.items():
+        if seed == "commands":
+            continue
+        for name, result in runs.items():
+            made = result.get("bf16", config.student != "tiny")
+            if made != config.bf16:
+                raise SystemExit(
+                    f"--resume: seed {seed} of {name} was made with bf16={made}, and this "
+                    f"machine runs bf16={config.bf16} (its CPU "
+                    f"{'has' if cpu_has_bf16() else 'lacks'} bf16 units); resume it on a "
+                    "machine like the one that made it"
+                )
 
 
 def report(per_seed, names: list[str], config: LabConfig, commands: list[str], wall: float) -> dict:

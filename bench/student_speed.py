@@ -39,6 +39,8 @@ from typing import Any
 
 import orjson
 
+from trajforge.serve.precision import cpu_has_bf16
+
 TRAIN_GOAL = 1000.0
 GENERATION_GOAL = 300.0
 
@@ -224,7 +226,11 @@ def main() -> None:
     import torch
 
     load = os.getloadavg()
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, load {load[0]:.1f}")
+    units = "with" if cpu_has_bf16() else "WITHOUT"
+    print(
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads, load {load[0]:.1f}, "
+        f"CPU {torch.backends.cpu.get_cpu_capability()} {units} bf16 units"
+    )
     print("generation:", flush=True)
     gen = generation(args)
     train: dict[str, dict] = {}
@@ -246,6 +252,10 @@ def main() -> None:
         "command": "python " + " ".join(sys.argv),
         "model": args.model,
         "threads": torch.get_num_threads(),
+        "cpu": {
+            "capability": torch.backends.cpu.get_cpu_capability(),
+            "bf16_units": cpu_has_bf16(),
+        },
         "load_average_at_start": [round(x, 2) for x in load],
         "load_average_at_end": [round(x, 2) for x in os.getloadavg()],
         "training": train,

@@ -27,6 +27,7 @@ import orjson
 from trajforge.errors import UserError, one_line
 from trajforge.models.smollm import is_pretrained, resolve_model
 from trajforge.serve.codec import SPECIALS, Codec, CompactCodec, HFCodec
+from trajforge.serve.precision import warn_if_slow_bf16
 from trajforge.serve.prefix_cache import Entry, Hit, PrefixCache, common_length
 
 MANIFEST = "trajforge.json"
@@ -108,7 +109,8 @@ class Student:
         self, path: Path | str, model: Any = None, codec: Codec | None = None, bf16: bool = False
     ) -> None:
         """`bf16`: the weights in bfloat16 (half the memory traffic of a decode step, about
-        2.5 times faster prefill on a CPU with bf16 units; logprobs are rounded accordingly)."""
+        2.5 times faster prefill on a CPU with bf16 units, far slower without them, which it
+        warns of; logprobs are rounded accordingly)."""
         self.path, self.manifest, model_dir = locate(path)
         self.codec = codec or load_codec(model_dir, self.manifest)
         self.model = model if model is not None else _load_model(model_dir)
@@ -116,6 +118,7 @@ class Student:
         if bf16:
             import torch
 
+            warn_if_slow_bf16("bf16 weights")
             self.model = self.model.to(torch.bfloat16)
         self.model.eval()
         self.name = self.manifest.get("name") or self.path.name

@@ -19,7 +19,8 @@ default) with a word-level vocabulary built from the rows; any other `model` is 
 causal LM (a known name such as `smollm2-135m`, a GGUF file or a Hugging Face directory),
 trained with its own tokenizer and chat template, fully or with LoRA (`lora_rank`;
 `train/hf_student.py`). `accumulate` sums the gradients of several batches per step;
-`bf16` runs forward and backward under bfloat16 autocast (fp32 master weights), on CPU too.
+`bf16` runs forward and backward under bfloat16 autocast (fp32 master weights), on CPU too;
+on a CPU without bf16 units it warns that it is far slower there (`serve/precision.py`).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from pydantic import BaseModel, Field, model_validator
 
 from trajforge.errors import UserError
 from trajforge.serve.codec import Codec, CompactCodec
+from trajforge.serve.precision import warn_if_slow_bf16
 from trajforge.serve.student import MANIFEST, MODEL_DIR, read_manifest
 from trajforge.train import hf_student
 from trajforge.train.atomic import restore_previous, write_directory
@@ -150,6 +152,8 @@ def train_sft(
 
     if config.threads:
         torch.set_num_threads(config.threads)
+    if config.bf16:
+        warn_if_slow_bf16("bf16 autocast")
     rows = checked_rows(rows)
     if not rows:
         raise UserError("no training rows: the dataset is empty")
