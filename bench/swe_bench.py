@@ -16,7 +16,8 @@ With `--backend ray`, the builds, validations and judgements run as Ray tasks
 
 Resumable: each finished instance is appended to `<output>.partial.jsonl` and skipped on the
 next start; builds and validations are cached (`$TRAJFORGE_SWE_BENCH_CACHE`). The result
-is rewritten after each instance and says exactly which instances it covers.
+is rewritten after each instance and says exactly which instances it covers, and under
+`commands` which command made each of them (a resumed run may differ, e.g. in `--replay`).
 """
 
 from __future__ import annotations
@@ -153,6 +154,10 @@ def _disagreement(row: dict[str, Any]) -> dict[str, Any]:
     return {key: row[key] for key in keys} | {"differing_tests": row["differing_tests"]}
 
 
+def this_command() -> str:
+    return "python bench/swe_bench.py " + shlex.join(sys.argv[1:])
+
+
 def summarize(rows: list[dict[str, Any]], command: str) -> dict[str, Any]:
     validated = [r for r in rows if r["validated"]]
     agree = sum(r["agree"] for r in validated)
@@ -160,6 +165,10 @@ def summarize(rows: list[dict[str, Any]], command: str) -> dict[str, Any]:
     builds = {r["env_key"]: r["env_build_s"] for r in rows if "env_key" in r}
     summary: dict[str, Any] = {
         "command": command,
+        "commands": {
+            made: [r["instance_id"] for r in rows if r.get("command", command) == made]
+            for made in dict.fromkeys(r.get("command", command) for r in rows)
+        },
         "environments": {
             "built": len(builds),
             "cold_build_s": sorted(builds.values()),
@@ -233,6 +242,7 @@ def main() -> None:
     ):
         instance_id = todo[index]
         row = bench_instance(instance_id, judged, runs, cache, args.replay)
+        row["command"] = this_command()
         with open(partial, "a") as handle:
             handle.write(json.dumps(row) + "\n")
         done.append(row)
@@ -258,8 +268,7 @@ def write_summary(done: list[dict[str, Any]], chosen: list[str], output: Path) -
         for r in done
         if r["instance_id"] in set(chosen)
     ]
-    command = "python bench/swe_bench.py " + shlex.join(sys.argv[1:])
-    summary = summarize(rows, command)
+    summary = summarize(rows, this_command())
     output.write_text(json.dumps(summary, indent=1) + "\n")
     return summary
 
