@@ -62,6 +62,18 @@ def test_only_what_commands_need_is_visible(tmp_path: Path) -> None:
     assert works.exit_code == 0 and "4\nhi\ngit version" in works.output
 
 
+def test_multiprocessing_locks_work_in_a_private_shm(tmp_path: Path) -> None:
+    """POSIX semaphores live in /dev/shm: the sandbox's user gets its own, of Docker's size
+    (pylint's parallel tests, SWE-bench PASS_TO_PASS tests, create a Pool there)."""
+    probe = (
+        "import multiprocessing as m, os; m.Lock(); s = os.statvfs('/dev/shm'); "
+        "print('LOCKED', s.f_blocks * s.f_frsize, os.listdir('/dev/shm'))"
+    )
+    result = sh(f'python -c "{probe}"', tmp_path / "ws")
+    assert result.exit_code == 0, result.output
+    assert f"LOCKED {64 * 1024 * 1024} []" in result.output
+
+
 def test_host_processes_cannot_be_signalled_and_nothing_outlives_the_command(
     tmp_path: Path,
 ) -> None:

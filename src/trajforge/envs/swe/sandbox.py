@@ -195,6 +195,11 @@ def _namespaces(layout: Layout) -> list[str]:
     return shared + ([] if layout.network else ["--unshare-net"])
 
 
+SHM_BYTES = 64 * 1024 * 1024
+"""A private, writable /dev/shm of Docker's default size: POSIX semaphores live there, so
+without it `multiprocessing.Lock()` fails for the sandbox's user (pylint's parallel mode)."""
+
+
 def _bwrap_argv(workspace: Path, command: list[str], layout: Layout = DEFAULT_LAYOUT) -> list[str]:
     ws = layout.inside(workspace)
     user = [
@@ -204,6 +209,7 @@ def _bwrap_argv(workspace: Path, command: list[str], layout: Layout = DEFAULT_LA
     return [
         "bwrap", *_system_binds(), "--dev", "/dev", "--proc", "/proc",
         "--perms", "01777", "--tmpfs", "/tmp",
+        "--size", str(SHM_BYTES), "--perms", "01777", "--tmpfs", "/dev/shm",
         *(_interpreter_binds() if layout.host_python else []),
         *_layout_binds(layout), *_folders(Path(ws)),
         "--bind", str(workspace), ws, *_namespaces(layout),
