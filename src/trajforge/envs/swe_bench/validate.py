@@ -60,8 +60,13 @@ def reason_for(base: JudgeReport, gold: JudgeReport) -> str | None:
     return "; ".join(problems) or None
 
 
+JUDGE_RECIPE = 2
+"""Bump when the judge or the sandbox it runs in changes: cached validations are redone
+(2: the sandbox's private /dev/shm)."""
+
+
 def _result_path(cache: Path, instance: Instance, key: str) -> Path:
-    return cache / "validation" / f"{instance.instance_id}-{key}.json"
+    return cache / "validation" / f"{instance.instance_id}-{key}-j{JUDGE_RECIPE}.json"
 
 
 def cached_validation(instance: Instance, cache: Path) -> Validation | None:
