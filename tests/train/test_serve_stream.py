@@ -10,6 +10,7 @@ from pathlib import Path
 
 import httpx
 import orjson
+import pytest
 
 from trajforge.envs.household import HouseholdEnv, task_for
 from trajforge.envs.household.tools import TOOLS
@@ -69,7 +70,10 @@ def test_stream_sends_each_token_while_the_answer_is_generated(student_dir: Path
     assert [t for t in tokens if t] == [[t] for t in choice["token_ids"]]  # one chunk a token
     logprobs = [c["choices"][0]["logprobs"] for c in chunks if c["choices"]]
     entries = [e for part in logprobs if part for e in part["content"]]
-    assert [e["logprob"] for e in entries] == [e["logprob"] for e in choice["logprobs"]["content"]]
+    whole_logprobs = [e["logprob"] for e in choice["logprobs"]["content"]]
+    # the same tokens; the logprobs of two decodes may differ in the last float digits (the
+    # CPU's kernels need not sum in the same order at every call)
+    assert [e["logprob"] for e in entries] == pytest.approx(whole_logprobs, abs=1e-5)
     deltas = [c["choices"][0]["delta"] for c in chunks if c["choices"]]
     text = "".join(d.get("content") or "" for d in deltas)
     assert text == (choice["message"]["content"] or "")
