@@ -4,7 +4,7 @@ bf16 autocast and bf16 weights are fast only where the CPU multiplies bf16 itsel
 BF16 or AMX, which PyTorch reaches through oneDNN). Elsewhere PyTorch falls back to a plain
 loop: on an AVX2-only AMD EPYC, one 1024x576 by 576x1536 matmul, forward and backward, took
 1.39 s in bf16 against 82 ms in fp32, 17 times slower. Asking for bf16 there still works
-(the numbers are the same as on a CPU with bf16 units), with a warning that says so.
+(its results differ from a bf16 CPU's only in rounding), with a warning that says so.
 """
 
 from __future__ import annotations
