@@ -11,9 +11,17 @@ from pathlib import Path
 import orjson
 import pytest
 
-from trajforge.envs.swe.sandbox import available_backends
+from trajforge.envs.swe.sandbox import available_backends, hand_over, run_sandboxed
 from trajforge.envs.swe_bench import SweBenchEnv, get_instance, judge_patch
-from trajforge.envs.swe_bench.build import ensure_env
+from trajforge.envs.swe_bench.build import (
+    BUILD_SANDBOX,
+    VENV,
+    EnvSpec,
+    _Builder,
+    build_layout,
+    ensure_env,
+    pyenv_python,
+)
 from trajforge.envs.swe_bench.judge import JUDGE_SANDBOX
 from trajforge.envs.swe_bench.repos import mirror
 from trajforge.importers.mini_swe_agent import MiniSweAgentImporter
@@ -160,3 +168,30 @@ def test_cli_validate_table_json_and_a_bad_name(cache: Path) -> None:
     refused = runner.invoke(app, ["swe", "validate", "--instance", "psf__requests-0"])
     assert refused.exit_code == 1
     assert refused.output.startswith("error: no SWE-bench instance 'psf__requests-0'")
+
+
+def test_constrained_optional_pins_never_move_a_required_pin(tmp_path: Path) -> None:
+    """xarray's conda list as pip pins: a wheel that fits is installed, one that would move a
+    required pin or does not exist is skipped and recorded, the required pin stays."""
+    spec = EnvSpec(
+        repo="psf/requests",
+        python=pyenv_python("3.11").name,
+        base_packages=[],
+        packages=["packaging==23.1"],
+        optional_packages=["packaging==24.1", "six==1.16.0", "trajforge-no-such-wheel==1.0"],
+        pre_install=[],
+        install="",
+        constrained=True,
+    )
+    for folder in ("src", "venv", "pip", "mirror"):
+        (tmp_path / folder).mkdir()
+        hand_over(tmp_path / folder)
+    layout = build_layout(spec, tmp_path, tmp_path, tmp_path / "mirror")
+    builder = _Builder(get_instance(INSTANCE), layout, tmp_path / "src", tmp_path / "build.log")
+    builder.run("venv", f"{pyenv_python('3.11')}/bin/python3 -m venv {VENV}")
+    builder.pip(spec.packages, "pip")
+    builder.optional(spec.optional_packages, spec.packages)
+    assert builder.skipped == ["packaging==24.1", "trajforge-no-such-wheel==1.0"]
+    script = "import packaging, six; print(packaging.__version__, six.__version__)"
+    versions = run_sandboxed(["python", "-c", script], tmp_path / "src", BUILD_SANDBOX, layout)
+    assert versions.output.split() == ["23.1", "1.16.0"]

@@ -18,8 +18,10 @@ What the install left in the tree (egg-info, a generated `_version.py`) is kept 
 
 Known departures (facts of building without Docker, see the data README): projects
 versioned by setuptools_scm see no tags in a bundle and get `SETUPTOOLS_SCM_PRETEND_VERSION`;
-xarray's conda list does not map to PyPI, so only its `pip` section is installed; `apt-get`
-steps are not run (recorded as skipped).
+xarray's conda list does not map to PyPI one to one (some of its packages would pull newer
+numpy, pandas or dask than its `pip` pins), so it is installed from wheels only, under those
+pins as constraints, and what cannot be is skipped; `apt-get` steps are not run (recorded as
+skipped).
 """
 
 from __future__ import annotations
@@ -49,7 +51,9 @@ RECIPE = 3
 VENV = "/venv"
 TESTBED = "/testbed"
 SCM_VERSIONED = frozenset({"pytest-dev/pytest", "pydata/xarray"})
-CONDA_LIST_SKIPPED = frozenset({"pydata/xarray"})
+CONDA_LIST_CONSTRAINED = frozenset({"pydata/xarray"})
+"""Repositories whose `pip_from_conda` pins may not move their `pip` pins."""
+CONSTRAINTS = "/tmp/constraints.txt"
 FORWARDED = (
     "PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_CERT", "PIP_DEFAULT_TIMEOUT", "SSL_CERT_FILE",
     "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "http_proxy", "https_proxy", "HTTP_PROXY",
@@ -73,6 +77,10 @@ class EnvSpec(BaseModel):
     base_packages: list[str] = Field(description="pip, setuptools, wheel pins.")
     packages: list[str] = Field(description="The instance's `pip` pins.")
     optional_packages: list[str] = Field(description="`pip_from_conda` pins (best effort).")
+    constrained: bool = Field(
+        default=False,
+        description="The optional pins from wheels only, never moving a base or `pip` pin.",
+    )
     pre_install: list[str]
     install: str
     scm_version: str | None = None
@@ -87,6 +95,8 @@ class EnvSpec(BaseModel):
         data = self.model_dump()
         if data["interpreter"] == "venv":  # at its default it does not enter the key
             del data["interpreter"]
+        if not data["constrained"]:
+            del data["constrained"]
         return content_key(orjson.dumps(data, option=orjson.OPT_SORT_KEYS))
 
 
@@ -120,9 +130,8 @@ def spec_for(instance: Instance) -> EnvSpec:
             f"{name}=={base[name]}" for name in ("pip", "setuptools", "wheel") if name in base
         ],
         packages=sorted(instance.pip),
-        optional_packages=[]
-        if instance.repo in CONDA_LIST_SKIPPED
-        else sorted(instance.pip_from_conda),
+        optional_packages=sorted(instance.pip_from_conda),
+        constrained=instance.repo in CONDA_LIST_CONSTRAINED,
         pre_install=list(instance.pre_install),
         install=instance.install,
         scm_version=scm,
@@ -277,17 +286,27 @@ class _Builder:
             )
         return result.exit_code == 0
 
-    def pip(self, packages: list[str], step: str, required: bool = True) -> bool:
+    def pip(
+        self, packages: list[str], step: str, required: bool = True, constraints: Sequence[str] = ()
+    ) -> bool:
         if not packages:
             return True
         quoted = " ".join(shlex.quote(p) for p in packages)
-        return self.run(step, f"python -m pip install -q {quoted}", required)
+        script = f"python -m pip install -q {quoted}"
+        if constraints:
+            pins = " ".join(shlex.quote(p) for p in constraints)
+            script = (
+                f"printf '%s\\n' {pins} > {CONSTRAINTS} && "
+                f"python -m pip install -q --only-binary :all: -c {CONSTRAINTS} {quoted}"
+            )
+        return self.run(step, script, required)
 
-    def optional(self, packages: list[str]) -> None:
-        if self.pip(packages, "pip_from_conda", required=False):
+    def optional(self, packages: list[str], constraints: Sequence[str]) -> None:
+        """The best-effort pins: in one batch, else one by one (those that fail skipped)."""
+        if self.pip(packages, "pip_from_conda", False, constraints):
             return
         for package in packages:
-            if not self.pip([package], f"pip_from_conda {package}", required=False):
+            if not self.pip([package], f"pip_from_conda {package}", False, constraints):
                 self.skipped.append(package)
 
 
@@ -308,7 +327,8 @@ def _build(instance: Instance, spec: EnvSpec, mirror: Path, cache: Path, tempora
         builder.run("venv", f"{prefix}/bin/python3 -m venv {VENV}")
     builder.pip(spec.base_packages, "base packages")
     builder.pip(spec.packages, "pip")
-    builder.optional(spec.optional_packages)
+    pins = spec.base_packages + spec.packages if spec.constrained else []
+    builder.optional(spec.optional_packages, pins)
     skipped_steps = [c for c in spec.pre_install if "apt-get" in c]
     for number, command in enumerate(c for c in spec.pre_install if "apt-get" not in c):
         builder.run(f"pre_install {number}", command)
