@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from trajforge.demo import sample_dir
-from trajforge.export import export
+from trajforge.export import export, tables
 from trajforge.importers import import_paths
 from trajforge.schema import Trajectory
 from trajforge.store import Store, TrajectoryFilter
@@ -45,6 +45,25 @@ def test_jsonl_export_reimports_identically(sample_store: Store, tmp_path: Path,
         assert report.files[0].format == "trajforge" and report.added == 35
         assert dumps(again) == dumps(sample_store)
         assert import_paths(again, [str(out)]).added == 0
+
+
+@pytest.mark.parametrize("flt", [TrajectoryFilter(), TrajectoryFilter(success=False, limit=9)])
+def test_jsonl_export_by_workers_writes_what_this_process_would(
+    sample_store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, flt: TrajectoryFilter
+) -> None:
+    monkeypatch.setattr(tables, "usable_cores", lambda: 1)
+    alone = tmp_path / "alone.jsonl"
+    expected = export("jsonl", sample_store, alone, flt)
+    monkeypatch.setattr(tables, "usable_cores", lambda: 2)
+    monkeypatch.setattr(tables, "JSONL_BATCH_BYTES", 1)  # a run per batch: all but one by workers
+    spawned = []
+    real_pool = tables.worker_pool
+    monkeypatch.setattr(
+        tables, "worker_pool", lambda *a, **k: spawned.append(a) or real_pool(*a, **k)
+    )
+    by_workers = tmp_path / "workers.jsonl"
+    assert export("jsonl", sample_store, by_workers, flt) == expected > 1
+    assert spawned and by_workers.read_bytes() == alone.read_bytes()
 
 
 def test_parquet_export_readable(sample_store: Store, tmp_path: Path) -> None:

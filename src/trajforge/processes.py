@@ -7,12 +7,16 @@ import multiprocessing
 import os
 import signal
 import sys
-from collections.abc import Callable, Iterator
-from concurrent.futures import ProcessPoolExecutor
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ProcessPoolExecutor
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 from trajforge.errors import UserError
+
+Item = TypeVar("Item")
+Result = TypeVar("Result")
 
 
 def process_context() -> multiprocessing.context.BaseContext:
@@ -56,6 +60,20 @@ def worker_pool(
         yield pool
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
+
+
+def ordered_map(
+    pool: ProcessPoolExecutor, func: Callable[[Item], Result], items: Iterable[Item], ahead: int
+) -> Iterator[Result]:
+    """`func` of each item, in the items' order, computed by the pool with at most `ahead`
+    items handed out before their results are taken (so memory stays bounded)."""
+    pending: deque[Future[Result]] = deque()
+    for item in items:
+        pending.append(pool.submit(func, item))
+        if len(pending) >= ahead:
+            yield pending.popleft().result()
+    while pending:
+        yield pending.popleft().result()
 
 
 def ray_session(cpus: int) -> Any:

@@ -6,6 +6,7 @@ never leaves a half-written file.
 
 from __future__ import annotations
 
+import functools
 from array import array
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager
@@ -13,6 +14,7 @@ from pathlib import Path
 
 from trajforge.errors import UserError
 from trajforge.outputs import atomic_folder, atomic_output
+from trajforge.processes import ignore_interrupts, ordered_map, usable_cores, worker_pool
 from trajforge.store import Store, TrajectoryFilter
 from trajforge.store.lines import line_of_document
 from trajforge.store.parquet import SHARD_GLOB
@@ -23,17 +25,70 @@ def atomic_path(out: Path) -> AbstractContextManager[Path]:
     return atomic_output(out)
 
 
+JSONL_BATCH_BYTES = 4_000_000
+"""Documents turned into lines at a time; past the first batch, worker processes do it."""
+JSONL_BATCH_ROWS = 2000
+
+
 def write_jsonl(store: Store, flt: TrajectoryFilter, out: Path) -> int:
     """One trajectory per line in the export's line shape (`store.lines`: `id` and
     `format_version` as they are, every other field as JSON text), so every line has the
-    same keys and types; `trajforge import` reads it back exactly."""
+    same keys and types; `trajforge import` reads it back exactly.
+
+    The cost is turning a document into its line (a parse and a serialization of every
+    field), not reading or writing. So past the first batch, a worker per core reads its
+    batch of rows from the store file and returns its lines, and this process writes them
+    in rowid order."""
     count = 0
     with atomic_path(out) as tmp, tmp.open("wb") as handle:
-        for document in store.documents(flt):
-            handle.write(line_of_document(document))
-            handle.write(b"\n")
-            count += 1
+        for lines, rows in _line_batches(store, flt):
+            handle.write(lines)
+            count += rows
     return count
+
+
+def _line_batches(store: Store, flt: TrajectoryFilter) -> Iterator[tuple[bytes, int]]:
+    """(lines, number of lines) of each batch of matching rows, in rowid order."""
+    batches = _rowid_batches(store.document_sizes(flt))
+    first = next(batches, None)
+    if first is None:
+        return
+    yield _lines_of_rows(store, first)
+    workers = usable_cores()
+    if workers < 2 or str(store.path) == ":memory:":
+        yield from (_lines_of_rows(store, rowids) for rowids in batches)
+        return
+    read = functools.partial(_read_lines, str(store.path))
+    with worker_pool(workers, initializer=ignore_interrupts) as pool:
+        yield from ordered_map(pool, read, batches, ahead=2 * workers)
+
+
+def _rowid_batches(sizes: Iterable[tuple[int, int]]) -> Iterator[list[int]]:
+    batch: list[int] = []
+    size = 0
+    for rowid, length in sizes:
+        batch.append(rowid)
+        size += length
+        if size >= JSONL_BATCH_BYTES or len(batch) >= JSONL_BATCH_ROWS:
+            yield batch
+            batch, size = [], 0
+    if batch:
+        yield batch
+
+
+def _lines_of_rows(store: Store, rowids: list[int]) -> tuple[bytes, int]:
+    documents = store.documents_at(rowids)
+    return b"".join(line_of_document(d) + b"\n" for d in documents), len(documents)
+
+
+_WORKER_STORES: dict[str, Store] = {}
+"""A worker's own connection to each store it reads (opened at its first batch)."""
+
+
+def _read_lines(path: str, rowids: list[int]) -> tuple[bytes, int]:
+    if path not in _WORKER_STORES:
+        _WORKER_STORES[path] = Store(path)
+    return _lines_of_rows(_WORKER_STORES[path], rowids)
 
 
 PARQUET_COLUMNS = (

@@ -497,6 +497,18 @@ class Store:
         for (doc,) in self.db.execute(sql, params):
             yield doc
 
+    def document_sizes(self, flt: TrajectoryFilter | None = None) -> Iterator[tuple[int, int]]:
+        """(rowid, bytes of the document) of the runs matching the filter, in rowid order
+        (the documents themselves are not read)."""
+        sql, params = self._select("rowid, length(doc)", flt)
+        yield from self.db.execute(sql, params)
+
+    def documents_at(self, rowids: Sequence[int]) -> list[bytes]:
+        """The stored documents of these rows (a few thousand at most), in rowid order."""
+        marks = ", ".join("?" * len(rowids))
+        sql = f"SELECT doc FROM trajectories WHERE rowid IN ({marks}) ORDER BY rowid"
+        return [doc for (doc,) in self.db.execute(sql, list(rowids))]
+
     def column_batches(
         self,
         columns: Sequence[str],
