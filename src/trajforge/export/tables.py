@@ -28,6 +28,7 @@ def atomic_path(out: Path) -> AbstractContextManager[Path]:
 JSONL_BATCH_BYTES = 4_000_000
 """Documents turned into lines at a time; past the first batch, worker processes do it."""
 JSONL_BATCH_ROWS = 2000
+"""At most this many runs a batch (a worker reads them with one `rowid IN (...)`)."""
 
 
 def write_jsonl(store: Store, flt: TrajectoryFilter, out: Path) -> int:

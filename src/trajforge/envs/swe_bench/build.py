@@ -295,10 +295,8 @@ class _Builder:
         script = f"python -m pip install -q {quoted}"
         if constraints:
             pins = " ".join(shlex.quote(p) for p in constraints)
-            script = (
-                f"printf '%s\\n' {pins} > {CONSTRAINTS} && "
-                f"python -m pip install -q --only-binary :all: -c {CONSTRAINTS} {quoted}"
-            )
+            limits = f"--only-binary :all: -c {CONSTRAINTS}"
+            script = f"printf '%s\\n' {pins} > {CONSTRAINTS} && {script} {limits}"
         return self.run(step, script, required)
 
     def optional(self, packages: list[str], constraints: Sequence[str]) -> None:
