@@ -18,6 +18,7 @@ from trajforge.errors import UserError
 from trajforge.models import smollm
 from trajforge.models.tool_text import assistant_text
 from trajforge.serve.codec import HFCodec
+from trajforge.serve.precision import cpu_has_bf16
 from trajforge.serve.student import Student
 
 NAME = "smollm2-135m"
@@ -111,8 +112,14 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(command, capture_output=True, text=True, timeout=900)
 
 
-LORA = ["--model", NAME, "--lora-rank", "4", "--bf16", "--accumulate", "2", "--batch-size", "1",
-        "--max-context", "96", "--lr", "1e-3", "--save-every", "1"]  # fmt: skip
+BF16 = cpu_has_bf16()
+"""bf16 where the CPU has bf16 units only: elsewhere it runs emulated, many times slower (the
+bf16 paths themselves are tested on a tiny model in test_precision.py)."""
+LORA = [
+    *["--model", NAME, "--lora-rank", "4", "--accumulate", "2", "--batch-size", "1"],
+    *["--max-context", "96", "--lr", "1e-3", "--save-every", "1"],
+    *(["--bf16"] if BF16 else []),
+]
 
 
 @pytest.mark.timeout(1200)  # three short trainings and an evaluation; a guard, not a goal
@@ -158,7 +165,7 @@ def test_full_fine_tuning_changes_every_layer(smollm_dir: Path, tmp_path: Path) 
 
     rows = [(r["messages"], r["tools"]) for r in teacher_rows(range(1))]
     config = SFTConfig(model=NAME, steps=1, batch_size=1, max_context=96, lr=1e-4, warmup=0,
-                       bf16=True)  # fmt: skip
+                       bf16=BF16)  # fmt: skip
     trained = Student(train_sft(rows, tmp_path / "full", config))
     assert trained.manifest["trained_parameters"] == trained.manifest["parameters"]
     before, after = Student(NAME).model.state_dict(), trained.model.state_dict()
