@@ -17,6 +17,7 @@ from trajforge.envs.swe_bench.cache import COMPLETE, build_once, is_complete
 from trajforge.envs.swe_bench.env import SweBenchEnv, bash_call
 from trajforge.envs.swe_bench.instances import get_instance, select_instances
 from trajforge.envs.swe_bench.logs import grade, parse_pytest, parse_sympy
+from trajforge.envs.swe_bench.repos import git, restore_extras, save_extras, untracked_files
 from trajforge.errors import UserError
 from trajforge.schema import Message
 
@@ -105,6 +106,33 @@ def test_instances_share_an_environment_when_their_recipe_is_equal() -> None:
         get_instance("nope")
     with pytest.raises(UserError, match="no instances of nothing"):
         select_instances(["nothing"])
+
+
+def test_what_the_install_left_in_the_tree_is_kept_but_compiled_caches(tmp_path: Path) -> None:
+    source, worktree = tmp_path / "source", tmp_path / "worktree"
+    source.mkdir()
+    git(source, "init", "--quiet")
+    (source / ".gitignore").write_text("*.egg-info/\n")
+    (source / "pkg").mkdir()
+    (source / "pkg" / "mod.py").write_text("x = 1\n")
+    git(source, "add", "-A")
+    git(source, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "--quiet", "-m", "base")
+    left = {
+        "build/lib/pkg/mod.py": "x = 1\n",  # an in-tree build: git does not ignore it
+        "pkg.egg-info/PKG-INFO": "Name: pkg\n",  # ignored by the project
+        "pkg/__pycache__/mod.cpython-311.pyc": "",
+        "stray.pyc": "",
+    }
+    for name, text in left.items():
+        (source / name).parent.mkdir(parents=True, exist_ok=True)
+        (source / name).write_text(text)
+    kept = untracked_files(source)
+    assert kept == ["build/lib/pkg/mod.py", "pkg.egg-info/PKG-INFO"]
+    save_extras(source, kept, tmp_path / "extras.tar")
+    worktree.mkdir()
+    restore_extras(tmp_path / "extras.tar", worktree)
+    assert (worktree / "build/lib/pkg/mod.py").read_text() == "x = 1\n"
+    assert sorted(str(p.relative_to(worktree)) for p in worktree.rglob("*") if p.is_file()) == kept
 
 
 def test_a_failed_build_leaves_nothing(tmp_path: Path) -> None:

@@ -13,8 +13,9 @@ interpreter behind the venv's link, which would not see the venv's packages),
 pip/setuptools/wheel at the versions of the harness's conda base, the `pip` pins, the
 `pip_from_conda` pins (one by one when the batch fails: not all exist on PyPI; skipped ones
 are recorded), `pre_install`, `install`.
-What the install left in the tree (egg-info, a generated `_version.py`) is kept as
-`extras.tar` and unpacked into every worktree of the environment.
+What the install left in the tree (egg-info, a generated `_version.py`, the `build/` of an
+in-tree build, which the images' `git add -A` submissions hold) is kept as `extras.tar` and
+unpacked into every worktree of the environment.
 
 Known departures (facts of building without Docker, see the data README): projects
 versioned by setuptools_scm see no tags in a bundle and get `SETUPTOOLS_SCM_PRETEND_VERSION`;
@@ -46,7 +47,7 @@ from trajforge.envs.swe_bench.cache import COMPLETE, build_once, content_key, is
 from trajforge.envs.swe_bench.instances import Instance
 from trajforge.errors import UserError
 
-RECIPE = 3
+RECIPE = 4
 """Bump when the build steps change: every environment is then built anew."""
 VENV = "/venv"
 TESTBED = "/testbed"

@@ -93,17 +93,16 @@ def point_alternates(target: Path, mirror_inside: str) -> None:
 
 
 def untracked_files(target: Path) -> list[str]:
-    """Files the install left in the tree that git ignores (egg-info, generated version
-    files, build/), not caches of compiled Python; files it does not ignore would show in
-    every diff."""
-    listed = git(target, "ls-files", "--others", "--ignored", "--exclude-standard", "-z").split(
-        "\0"
-    )
-    return [
+    """Files the install left in the tree, ignored by git (egg-info, generated version files)
+    or not (the `build/` of an in-tree `pip install .`, which the images' submissions hold),
+    without caches of compiled Python."""
+    ignored = git(target, "ls-files", "--others", "--ignored", "--exclude-standard", "-z")
+    unignored = git(target, "ls-files", "--others", "--exclude-standard", "-z")
+    return sorted(
         name
-        for name in listed
+        for name in {*ignored.split("\0"), *unignored.split("\0")}
         if name and "__pycache__/" not in name and not name.endswith((".pyc", ".pyo"))
-    ]
+    )
 
 
 def save_extras(target: Path, names: list[str], archive: Path) -> None:
