@@ -5,16 +5,19 @@ for host files) ends in a clear, recorded result. About a minute, most of it the
 
 from __future__ import annotations
 
+import shutil
 import sys
+import tarfile
 from pathlib import Path
 
 import orjson
 import pytest
 
 from trajforge.envs.swe.sandbox import available_backends, hand_over, run_sandboxed
-from trajforge.envs.swe_bench import SweBenchEnv, get_instance, judge_patch
+from trajforge.envs.swe_bench import SweBenchEnv, get_instance, judge_patch, testbed
 from trajforge.envs.swe_bench.build import (
     BUILD_SANDBOX,
+    UNIGNORED_EXTRAS,
     VENV,
     EnvSpec,
     _Builder,
@@ -95,6 +98,28 @@ new file mode 100644
 +def test_hang():
 +    time.sleep(600)
 """
+
+
+def test_what_git_does_not_ignore_is_in_the_agents_tree_only(cache: Path, tmp_path: Path) -> None:
+    instance = get_instance(INSTANCE)
+    built, repo = ensure_env(instance, cache), mirror(instance, cache)
+    folder = tmp_path / "env"
+    shutil.copytree(built.folder, folder, symlinks=True, ignore=shutil.ignore_patterns("venv"))
+    with tarfile.open(folder / UNIGNORED_EXTRAS, "w") as tar:
+        leftover = tmp_path / "mod.py"
+        leftover.write_text("x = 1\n")
+        tar.add(leftover, arcname="build/lib/mod.py")
+    copied = built.model_copy(update={"folder": folder})
+    trees = [
+        testbed.Testbed.create(instance, copied, repo, for_agent=agent) for agent in (True, False)
+    ]
+    try:
+        agents, judges = (t.path / "build/lib/mod.py" for t in trees)
+        assert agents.read_text() == "x = 1\n" and not judges.exists()
+        assert (trees[1].path / "requests.egg-info").is_dir()  # what git ignores: in both
+    finally:
+        for tree in trees:
+            tree.close()
 
 
 def test_a_hanging_test_is_stopped_at_the_time_limit(cache: Path) -> None:

@@ -126,11 +126,12 @@ def test_what_the_install_left_in_the_tree_is_kept_but_compiled_caches(tmp_path:
     for name, text in left.items():
         (source / name).parent.mkdir(parents=True, exist_ok=True)
         (source / name).write_text(text)
-    kept = untracked_files(source)
-    assert kept == ["build/lib/pkg/mod.py", "pkg.egg-info/PKG-INFO"]
-    save_extras(source, kept, tmp_path / "extras.tar")
+    assert untracked_files(source, ignored=True) == ["pkg.egg-info/PKG-INFO"]
+    kept = untracked_files(source, ignored=False)
+    assert kept == ["build/lib/pkg/mod.py"]
+    save_extras(source, kept, tmp_path / "unignored.tar")
     worktree.mkdir()
-    restore_extras(tmp_path / "extras.tar", worktree)
+    restore_extras(tmp_path / "unignored.tar", worktree)
     assert (worktree / "build/lib/pkg/mod.py").read_text() == "x = 1\n"
     assert sorted(str(p.relative_to(worktree)) for p in worktree.rglob("*") if p.is_file()) == kept
 

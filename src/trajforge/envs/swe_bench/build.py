@@ -13,9 +13,13 @@ interpreter behind the venv's link, which would not see the venv's packages),
 pip/setuptools/wheel at the versions of the harness's conda base, the `pip` pins, the
 `pip_from_conda` pins (one by one when the batch fails: not all exist on PyPI; skipped ones
 are recorded), `pre_install`, `install`.
-What the install left in the tree (egg-info, a generated `_version.py`, the `build/` of an
-in-tree build, which the images' `git add -A` submissions hold) is kept as `extras.tar` and
-unpacked into every worktree of the environment.
+What the install left in the tree is kept: what git ignores (egg-info, a generated
+`_version.py`) as `extras.tar`, unpacked into every worktree of the environment; what it does
+not (the `build/` of requests' in-tree `pip install .`) as `unignored.tar`, unpacked into the
+agent's worktrees only. The runs' images had that `build/` (their `ls` shows it, their
+`git add -A` submissions hold it) but the trees that judged them cannot have: those
+submissions copy build/'s CRLF files without their CRs, which apply to no tree holding them,
+and the harness resolved them.
 
 Known departures (facts of building without Docker, see the data README): projects
 versioned by setuptools_scm see no tags in a bundle and get `SETUPTOOLS_SCM_PRETEND_VERSION`;
@@ -47,8 +51,12 @@ from trajforge.envs.swe_bench.cache import COMPLETE, build_once, content_key, is
 from trajforge.envs.swe_bench.instances import Instance
 from trajforge.errors import UserError
 
-RECIPE = 4
+RECIPE = 5
 """Bump when the build steps change: every environment is then built anew."""
+EXTRAS = "extras.tar"
+"""What the install left in the tree that git ignores: in every worktree."""
+UNIGNORED_EXTRAS = "unignored.tar"
+"""What the install left in the tree that git does not ignore: in the agent's worktrees."""
 VENV = "/venv"
 TESTBED = "/testbed"
 SCM_VERSIONED = frozenset({"pytest-dev/pytest", "pydata/xarray"})
@@ -333,8 +341,10 @@ def _build(instance: Instance, spec: EnvSpec, mirror: Path, cache: Path, tempora
         builder.run(f"pre_install {number}", command)
     if spec.install:
         builder.run("install", spec.install)
-    extras = repos.untracked_files(source)
-    repos.save_extras(source, extras, temporary / "extras.tar")
+    extras = repos.untracked_files(source, ignored=True)
+    repos.save_extras(source, extras, temporary / EXTRAS)
+    unignored = repos.untracked_files(source, ignored=False)
+    repos.save_extras(source, unignored, temporary / UNIGNORED_EXTRAS)
     manifest = {
         "spec": spec.model_dump(),
         "built_from": instance.instance_id,
@@ -342,6 +352,7 @@ def _build(instance: Instance, spec: EnvSpec, mirror: Path, cache: Path, tempora
         "skipped_packages": builder.skipped,
         "skipped_steps": skipped_steps,
         "extras": len(extras),
+        "unignored_extras": len(unignored),
     }
     shutil.rmtree(source)
     (temporary / COMPLETE).write_text(json.dumps(manifest, indent=1))

@@ -193,7 +193,7 @@ class SweBenchEnv(EnvironmentBase):
         instance = get_instance(task.id, self.config.data)
         built, mirror = self.prepare(instance)
         self.close()
-        self._testbed = Testbed.create(instance, built, mirror, self.config.workdir)
+        self._testbed = Testbed.create(instance, built, mirror, self.config.workdir, for_agent=True)
         self.submission, self.done = None, False
         opening = f"<pr_description>\n{instance.problem_statement}\n</pr_description>"
         return [

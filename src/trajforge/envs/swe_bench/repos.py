@@ -92,15 +92,15 @@ def point_alternates(target: Path, mirror_inside: str) -> None:
     (target / ".git/objects/info/alternates").write_text(f"{mirror_inside}/objects\n")
 
 
-def untracked_files(target: Path) -> list[str]:
-    """Files the install left in the tree, ignored by git (egg-info, generated version files)
-    or not (the `build/` of an in-tree `pip install .`, which the images' submissions hold),
-    without caches of compiled Python."""
-    ignored = git(target, "ls-files", "--others", "--ignored", "--exclude-standard", "-z")
-    unignored = git(target, "ls-files", "--others", "--exclude-standard", "-z")
+def untracked_files(target: Path, ignored: bool) -> list[str]:
+    """Files the install left in the tree, those git ignores (`ignored`: egg-info, generated
+    version files) or those it does not (the `build/` of an in-tree `pip install .`), without
+    caches of compiled Python."""
+    listed = git(target, "ls-files", "--others", "--exclude-standard", "-z",
+                 *(["--ignored"] if ignored else []))  # fmt: skip
     return sorted(
         name
-        for name in {*ignored.split("\0"), *unignored.split("\0")}
+        for name in listed.split("\0")
         if name and "__pycache__/" not in name and not name.endswith((".pyc", ".pyo"))
     )
 

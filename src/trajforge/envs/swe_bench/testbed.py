@@ -1,7 +1,8 @@
 """A worktree of an instance at `/testbed`, and commands run there in the sandbox.
 
 `Testbed.create` clones the base commit (from the cached mirror), unpacks what the
-environment's install left in the tree and runs the instance's `pre_install` commands in the
+environment's install left in the tree (for an agent's worktree, also what git does not ignore
+there, see `build`) and runs the instance's `pre_install` commands in the
 sandbox, leaving their changes uncommitted as the SWE-bench images do (a mini-swe-agent
 submission, `git add -A && git diff --cached`, then holds them: sphinx's `-rA` in tox.ini).
 Commands then run in bubblewrap with the worktree at `/testbed`, the environment's virtual
@@ -17,7 +18,7 @@ from pathlib import Path
 
 from trajforge.envs.swe.sandbox import Layout, SandboxConfig, SandboxResult, run_sandboxed
 from trajforge.envs.swe_bench import repos
-from trajforge.envs.swe_bench.build import TESTBED, VENV, BuiltEnv
+from trajforge.envs.swe_bench.build import EXTRAS, TESTBED, UNIGNORED_EXTRAS, VENV, BuiltEnv
 from trajforge.envs.swe_bench.instances import Instance
 
 AGENT_ENV = {
@@ -50,20 +51,29 @@ DIFF_SANDBOX = SETUP_SANDBOX.model_copy(update={"max_output": 8_000_000})
 class Testbed:
     """One worktree of one instance, with its environment; `close()` removes it."""
 
-    def __init__(self, instance: Instance, env: BuiltEnv, mirror: Path, folder: Path) -> None:
+    def __init__(
+        self, instance: Instance, env: BuiltEnv, mirror: Path, folder: Path, for_agent: bool
+    ) -> None:
         self.instance = instance
         self.env = env
         self.mirror = mirror
         self.folder = folder
         self.path = folder / "testbed"
         self.inputs = folder / "inputs"
+        self.for_agent = for_agent
 
     @classmethod
     def create(
-        cls, instance: Instance, env: BuiltEnv, mirror: Path, workdir: str | None = None
+        cls,
+        instance: Instance,
+        env: BuiltEnv,
+        mirror: Path,
+        workdir: str | None = None,
+        for_agent: bool = False,
     ) -> Testbed:
+        """A worktree for an agent (`for_agent`: as the runs' images had it) or a judge."""
         folder = Path(tempfile.mkdtemp(prefix="swe-bench-", dir=workdir)).resolve()
-        testbed = cls(instance, env, mirror, folder)
+        testbed = cls(instance, env, mirror, folder, for_agent)
         try:
             testbed._set_up()
         except BaseException:
@@ -74,7 +84,9 @@ class Testbed:
     def _set_up(self) -> None:
         self.inputs.mkdir()
         repos.checkout(self.instance, self.mirror, self.path)
-        repos.restore_extras(self.env.folder / "extras.tar", self.path)
+        repos.restore_extras(self.env.folder / EXTRAS, self.path)
+        if self.for_agent:
+            repos.restore_extras(self.env.folder / UNIGNORED_EXTRAS, self.path)
         commands = [c for c in self.instance.pre_install if "apt-get" not in c]
         if commands:
             self.run("\n".join(commands), SETUP_SANDBOX, mirror_at_host=True)
