@@ -136,6 +136,29 @@ def test_what_the_install_left_in_the_tree_is_kept_but_compiled_caches(tmp_path:
     assert sorted(str(p.relative_to(worktree)) for p in worktree.rglob("*") if p.is_file()) == kept
 
 
+def test_a_shared_environment_leaves_only_what_this_commit_ignores(tmp_path: Path) -> None:
+    """An environment built at one commit serves instances at others: its leftovers go into a
+    worktree only where that worktree's own rules ignore them, and never over a tracked file."""
+    worktree = tmp_path / "worktree"
+    worktree.mkdir()
+    git(worktree, "init", "--quiet")
+    (worktree / ".gitignore").write_text("*.egg-info/\nversion.py\n")
+    (worktree / "version.py").write_text("tracked = True\n")
+    git(worktree, "add", "-A")
+    git(worktree, "add", "--force", "version.py")
+    git(worktree, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "--quiet", "-m", "b")
+    built = tmp_path / "built"
+    for name in ("pkg.egg-info/PKG-INFO", ".eggs/setuptools_scm.egg/x.py", "version.py"):
+        (built / name).parent.mkdir(parents=True, exist_ok=True)
+        (built / name).write_text("left by the install\n")
+    names = ["pkg.egg-info/PKG-INFO", ".eggs/setuptools_scm.egg/x.py", "version.py"]
+    save_extras(built, names, tmp_path / "extras.tar")
+    restore_extras(tmp_path / "extras.tar", worktree, only_ignored=True)
+    assert (worktree / "pkg.egg-info/PKG-INFO").is_file()
+    assert not (worktree / ".eggs").exists()
+    assert (worktree / "version.py").read_text() == "tracked = True\n"
+
+
 def test_a_failed_build_leaves_nothing(tmp_path: Path) -> None:
     final = tmp_path / "envs" / "k"
     final.parent.mkdir()

@@ -111,7 +111,18 @@ def save_extras(target: Path, names: list[str], archive: Path) -> None:
             tar.add(target / name, arcname=name, recursive=False)
 
 
-def restore_extras(archive: Path, target: Path) -> None:
-    if archive.is_file():
-        with tarfile.open(archive) as tar:
-            tar.extractall(target, filter="tar")
+def restore_extras(archive: Path, target: Path, only_ignored: bool = False) -> None:
+    """Unpack `archive` into the worktree `target`; `only_ignored`: just the files `target`'s
+    own ignore rules ignore. An environment is shared by instances at other commits, whose
+    rules may differ (xarray 2905's install leaves `.eggs/`, which 3151's commit does not
+    ignore: every diff there would hold it)."""
+    if not archive.is_file():
+        return
+    with tarfile.open(archive) as tar:
+        members = tar.getmembers()
+        if only_ignored:
+            names = "\0".join(m.name for m in members)
+            kept = set(git(target, "check-ignore", "-z", "--stdin", stdin=names,
+                           check=False).split("\0"))  # fmt: skip
+            members = [m for m in members if m.name in kept]
+        tar.extractall(target, members=members, filter="tar")

@@ -84,7 +84,7 @@ class Testbed:
     def _set_up(self) -> None:
         self.inputs.mkdir()
         repos.checkout(self.instance, self.mirror, self.path)
-        repos.restore_extras(self.env.folder / EXTRAS, self.path)
+        repos.restore_extras(self.env.folder / EXTRAS, self.path, only_ignored=True)
         if self.for_agent:
             repos.restore_extras(self.env.folder / UNIGNORED_EXTRAS, self.path)
         commands = [c for c in self.instance.pre_install if "apt-get" not in c]
