@@ -447,6 +447,9 @@ class Arm:
     paired differences are taken against E and it."""
     train: Callable[[LabConfig, list[dict], Path, str, int], Path] = train_rows
     """How the arm's student is trained on its rows."""
+    guided: bool = False
+    """Its rows come from the guided teacher, made once for every seed by the first such arm
+    to start."""
 
 
 ARMS: list[Arm] = [
@@ -477,6 +480,7 @@ ARMS: list[Arm] = [
         "a guided teacher's successes (the teacher: a student trained on observable-teacher "
         "runs and on oracle runs with a where-things-are hint in the system prompt)",
         lambda lab, seed: lab.guided_teacher("T"),
+        guided=True,
     ),
     Arm(
         "T+P",
@@ -484,6 +488,7 @@ ARMS: list[Arm] = [
         "hint), guidance stripped",
         lambda lab, seed: lab.guided_teacher("T", "P"),
         adds_to="T",
+        guided=True,
     ),
 ]
 
@@ -572,19 +577,19 @@ def run_all(
     done: dict[int, dict[str, Any]],
     commands: list[str],
 ) -> dict:
-    """Every (arm, seed) not in `done`, in a process pool; an arm starts once the arms it
-    needs are done."""
+    """Every (arm, seed) not in `done`, `jobs` at a time in a process pool; an arm starts once
+    the arms it needs are done, and while one arm is making the guided teacher no other arm
+    of the teacher's takes a worker to wait for it."""
     results: dict[int, dict[str, Any]] = {seed: dict(done.get(seed, {})) for seed in seeds}
     pending = [(seed, name) for seed in seeds for name in names if name not in results[seed]]
     pending.sort(key=lambda job: "@" in job[1])  # every seed's main arms before the curve
-    needs = {arm.name: arm.needs for arm in ARMS}
     running: dict[Any, tuple[int, str]] = {}
-    with ProcessPoolExecutor(max_workers=max(1, jobs)) as pool:
+    jobs = max(1, jobs)
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
         while pending or running:
-            for seed, name in list(pending):
-                if all(need in results[seed] for need in needs[name]):
-                    pending.remove((seed, name))
-                    running[pool.submit(run_arm, config, seed, name)] = (seed, name)
+            while len(running) < jobs and (job := next_job(pending, results, running, config)):
+                pending.remove(job)
+                running[pool.submit(run_arm, config, *job)] = job
             finished, _ = wait(running, return_when=FIRST_COMPLETED)
             for future in finished:
                 seed, name = running.pop(future)
@@ -592,6 +597,18 @@ def run_all(
                 saved = {"commands": commands, **results}
                 partial.write_bytes(orjson.dumps(saved, option=orjson.OPT_NON_STR_KEYS))
     return results
+
+
+def next_job(pending, results, running, config: LabConfig) -> tuple[int, str] | None:
+    """The first pending (seed, arm) that can start now, if any."""
+    arms = {arm.name: arm for arm in ARMS}
+    teacher_made = (teacher_dir(config) / "teacher.json").is_file()
+    making_teacher = not teacher_made and any(arms[n].guided for _, n in running.values())
+    for seed, name in pending:
+        needs_met = all(need in results[seed] for need in arms[name].needs)
+        if needs_met and not (arms[name].guided and making_teacher):
+            return seed, name
+    return None
 
 
 def _methods(pairs) -> dict[str, int]:
