@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 from trajforge.agents.llm import LLMPolicy
 from trajforge.agents.user_sim import LLMUser
 from trajforge.cli.main import app
+from trajforge.envs.household import HouseholdEnv
 from trajforge.envs.tau import TauRetailEnv
 from trajforge.models.mock_server import MockOpenAIServer
 from trajforge.models.openai_compat import OpenAICompatibleModel, OpenAIModelConfig
@@ -60,3 +61,17 @@ def test_a_user_model_failing_every_attempt_ends_the_episode_with_its_reason() -
         f"user model: model call to {server.base_url}/chat/completions failed"
     )
     assert "after 3 attempts" in failure
+
+
+def test_an_answer_that_is_not_a_chat_completion_is_a_failed_call() -> None:
+    not_json = {"raw": "<html>gateway says hello</html>"}
+    no_choices = {"raw": '{"object": "chat.completion", "choices": []}'}
+    with MockOpenAIServer([not_json, no_choices, not_json]) as server:
+        config = OpenAIModelConfig(base_url=server.base_url, model="m", max_retries=0)
+        env = HouseholdEnv()
+        policy = LLMPolicy(OpenAICompatibleModel(config))
+        traj = run_episode(env, policy, env.tasks(1)[0])
+    assert traj.outcome.termination_reason == "model_error"
+    failure = traj.metadata["model_failure"]
+    assert "answered what is not a chat completion" in failure
+    assert "gateway says hello" in failure and "after 3 attempts" in failure

@@ -17,6 +17,7 @@ from typing import Any, Generic, TypeVar
 
 from trajforge.errors import EpisodeEnd, UserError
 from trajforge.models.base import ChatModel, ModelReply
+from trajforge.models.openai_compat import NotACompletion
 from trajforge.schema import MODEL_ERROR, Message, Trajectory
 
 T = TypeVar("T")
@@ -97,6 +98,9 @@ def _ask(
             reply = model.complete(messages, tools)
         except (openai.APIConnectionError, openai.APIStatusError) as exc:
             reason = f"model call to {exc.request.url} failed: {exc}"
+            continue
+        except NotACompletion as exc:
+            reason = str(exc)
             continue
         value = parse(reply)
         if value is not None:
