@@ -11,10 +11,13 @@ each an `llm`-policy episode whose every turn goes through the recording proxy t
 `trajforge serve` with the tiny student. The two paths run the same jobs in the same
 process, one after the other:
 
-- **today**: `serve` without a prefix cache (`--prefix-cache 0`): every request re-encodes
-  its whole conversation;
-- **new**: `serve` with its prefix cache: a request feeds only what its conversation added
-  since its last turn (or since the opening its group shares).
+- **today**: the path as it was when the goal was set: `serve` without a prefix cache
+  (`--prefix-cache 0`: every request re-encodes its whole conversation), and episodes whose
+  model client calls the openai SDK's typed `chat.completions.create` over a connection pool
+  of its own (`TypedClient`, kept here as that baseline);
+- **new**: today's code: `serve` with its prefix cache (a request feeds only what its
+  conversation added since its last turn, or since the opening its group shares), and the
+  client that sends the request as JSON through one shared pool.
 
 Each path reports episodes/s, generated tokens/s, the prompt tokens fed to the model and
 the share of wall time spent inside the model (`Student.generate`, measured around each
@@ -30,6 +33,7 @@ steps: enough to call tools, not to be good).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import tempfile
@@ -42,10 +46,19 @@ import orjson
 from trajforge.agents.household_teacher import ObservableTeacher
 from trajforge.envs.household import HouseholdEnv, task_for
 from trajforge.generate.recovery import household_rows
-from trajforge.models.openai_compat import OpenAIModelConfig
+from trajforge.models.base import ModelReply
+from trajforge.models.openai_compat import (
+    OpenAICompatibleModel,
+    OpenAIModelConfig,
+    call_record,
+    message_to_openai,
+)
+from trajforge.openai_wire import to_message
 from trajforge.rollout.episode import Limits, run_episode
+from trajforge.schema import Message
 from trajforge.serve.prefix_cache import DEFAULT_TOKENS
 from trajforge.serve.student import Student
+from trajforge.train.rl import rollouts
 from trajforge.train.rl.rollouts import RolloutService
 from trajforge.train.rows import sequences
 from trajforge.train.sft import SFTConfig, StepDone, train_sft
@@ -53,6 +66,50 @@ from trajforge.train.sft import SFTConfig, StepDone, train_sft
 GOAL = 10.0
 RESULTS = Path(__file__).parent / "results" / "rl_throughput.json"
 PATHS = {"today": 0, "new": DEFAULT_TOKENS}
+"""Each path's `serve --prefix-cache` tokens."""
+
+
+class TypedClient(OpenAICompatibleModel):
+    """The model client as it was when the goal was set (the baseline of the `today` path):
+    a connection pool of its own, and the SDK's typed `create`, which converts every message
+    of the request and builds typed objects of the answer."""
+
+    def __init__(self, config: OpenAIModelConfig) -> None:
+        import openai
+
+        super().__init__(config)
+        self._client = openai.OpenAI(
+            base_url=self.config.base_url, api_key=self.config.api_key or "not-needed",
+            timeout=self.config.timeout_s, max_retries=self.config.max_retries,
+        )  # fmt: skip
+
+    def complete(self, messages: list[Message], tools: list[dict] | None = None) -> ModelReply:
+        request = {"model": self.config.model, "temperature": self.config.temperature,
+                   "messages": [message_to_openai(m) for m in messages]}  # fmt: skip
+        if tools:
+            request["tools"] = tools
+        if self.config.max_tokens:
+            request["max_tokens"] = self.config.max_tokens
+        if self.config.logprobs:
+            request["logprobs"] = True
+        started = time.time()
+        response = self._client.chat.completions.create(**request)
+        latency = time.time() - started
+        body = response.model_dump(mode="json", exclude_none=True)
+        message = to_message(body["choices"][0]["message"])
+        message.extra.pop("refusal", None)
+        return ModelReply(message=message, call=call_record(request, body, started, latency))
+
+
+@contextlib.contextmanager
+def episodes_calling(client: type[OpenAICompatibleModel]):
+    """The rollout episodes' model client set to `client` while the block runs."""
+    original = rollouts.OpenAICompatibleModel
+    rollouts.OpenAICompatibleModel = client  # type: ignore[misc]
+    try:
+        yield
+    finally:
+        rollouts.OpenAICompatibleModel = original  # type: ignore[misc]
 
 
 def train_student(work: Path, worlds: int, steps: int) -> Path:
@@ -132,7 +189,9 @@ def flops_per_token(student: Student, mean_context: float) -> float:
 
 def run_path(name: str, base: Path, work: Path, jobs: list, args, rate: float) -> dict:
     db = work / f"{name}.db"
-    with RolloutService(base, db, prefix_cache_tokens=PATHS[name]) as service:
+    client = TypedClient if name == "today" else OpenAICompatibleModel
+    with RolloutService(base, db, prefix_cache_tokens=PATHS[name]) as service, \
+            episodes_calling(client):  # fmt: skip
         meter = Meter(service.served.student)
         model = OpenAIModelConfig(
             base_url="http://unused", model="student", api_key="local", logprobs=True,

@@ -133,7 +133,7 @@ class OpenAICompatibleModel:
         choice = body["choices"][0]
         message = to_message(choice["message"])
         message.extra.pop("refusal", None)
-        return ModelReply(message=message, call=_call_record(request, body, started, latency))
+        return ModelReply(message=message, call=call_record(request, body, started, latency))
 
     def _completion(self, answer: bytes) -> dict[str, Any]:
         """The answer as a chat completion without null fields, or `NotACompletion`."""
@@ -162,7 +162,8 @@ def _without_nulls(value: Any) -> Any:
     return value
 
 
-def _call_record(request: dict, body: dict, started: float, latency: float) -> LLMCall:
+def call_record(request: dict, body: dict, started: float, latency: float) -> LLMCall:
+    """The record of one call: the request sent, the answer (usage, logprobs) and its timing."""
     usage = body.get("usage") or {}
     content = ((body["choices"][0].get("logprobs") or {}).get("content")) or []
     logprobs = [entry["logprob"] for entry in content] or None
