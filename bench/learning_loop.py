@@ -48,7 +48,9 @@ Each (arm, seed) runs in its own worker process (`--jobs` at once) on one CPU th
 JSON result records the command. Finished (arm, seed) results are saved to
 `<out>.partial.json` as they come; `--resume` starts from such a file and runs only what is
 missing (for example arms added later), and the result then records every command that
-contributed.
+contributed. A worker that dies (the out-of-memory killer, a kill) costs only its own job:
+the jobs of the broken pool run again one at a time, and a job whose worker dies twice
+alone is left out of the run (and out of the partial file, for `--resume`).
 """
 
 from __future__ import annotations
@@ -62,6 +64,7 @@ import sys
 import time
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -579,24 +582,80 @@ def run_all(
 ) -> dict:
     """Every (arm, seed) not in `done`, `jobs` at a time in a process pool; an arm starts once
     the arms it needs are done, and while one arm is making the guided teacher no other arm
-    of the teacher's takes a worker to wait for it."""
+    of the teacher's takes a worker to wait for it.
+
+    A worker that dies (the kernel's out-of-memory killer, a kill) breaks the pool and every
+    job it ran. Those jobs run again, one at a time, so the one whose worker dies is known
+    (the students they had finished are kept); a job whose worker died `LOST_LIMIT` times
+    running alone is left out: the result says it is incomplete and `--resume` runs it."""
     results: dict[int, dict[str, Any]] = {seed: dict(done.get(seed, {})) for seed in seeds}
     pending = [(seed, name) for seed in seeds for name in names if name not in results[seed]]
     pending.sort(key=lambda job: "@" in job[1])  # every seed's main arms before the curve
-    running: dict[Any, tuple[int, str]] = {}
-    jobs = max(1, jobs)
-    with ProcessPoolExecutor(max_workers=jobs) as pool:
-        while pending or running:
-            while len(running) < jobs and (job := next_job(pending, results, running, config)):
-                pending.remove(job)
-                running[pool.submit(run_arm, config, *job)] = job
-            finished, _ = wait(running, return_when=FIRST_COMPLETED)
-            for future in finished:
-                seed, name = running.pop(future)
-                results[seed][name] = future.result()
-                saved = {"commands": commands, **results}
-                partial.write_bytes(orjson.dumps(saved, option=orjson.OPT_NON_STR_KEYS))
+    run = Pool(config, results, partial, commands)
+    suspects: set[tuple[int, str]] = set()
+    losses: dict[tuple[int, str], int] = {}
+    while pending:
+        if not suspects:
+            lost = run.jobs(pending, max(1, jobs))
+        else:
+            pending.sort(key=lambda job: job not in suspects)
+            lost = run.jobs(pending, 1, until=lambda held=suspects: not held.intersection(pending))
+        if len(lost) == 1:
+            losses[lost[0]] = losses.get(lost[0], 0) + 1
+        suspects = set(lost) if lost else set()
+        for job in [job for job in lost if losses.get(job, 0) >= LOST_LIMIT]:
+            print(f"seed {job[0]} {job[1]}: its worker died {LOST_LIMIT} times; left out")
+            lost.remove(job)
+        pending[:0] = lost
+        if pending and not lost and next_job(pending, results, {}, config) is None:
+            shown = ", ".join(f"seed {seed} {name}" for seed, name in pending)
+            print(f"cannot start (an arm they need is missing): {shown}", flush=True)
+            break
     return results
+
+
+LOST_LIMIT = 2
+"""Times a job's worker may die, running alone, before the job is left out of the run."""
+
+
+@dataclass
+class Pool:
+    """Runs lab jobs in a process pool, saving each result to the partial file."""
+
+    config: LabConfig
+    results: dict[int, dict[str, Any]]
+    partial: Path
+    commands: list[str]
+
+    def jobs(self, pending: list, width: int, until=lambda: False) -> list[tuple[int, str]]:
+        """Run `pending` jobs (taken from the list as they start), `width` at once, until none
+        can start, `until()` holds between jobs, or a worker dies: then the jobs it ran."""
+        running: dict[Any, tuple[int, str]] = {}
+        with ProcessPoolExecutor(max_workers=width) as pool:
+            while not (until() and not running):
+                while len(running) < width and (
+                    job := next_job(pending, self.results, running, self.config)
+                ):
+                    pending.remove(job)
+                    running[pool.submit(run_arm, self.config, *job)] = job
+                if not running:  # every job done, or none can start
+                    break
+                finished, _ = wait(running, return_when=FIRST_COMPLETED)
+                for future in finished:
+                    seed, name = running.pop(future)
+                    try:
+                        self.results[seed][name] = future.result()
+                    except BrokenProcessPool:
+                        lost = [(seed, name), *running.values()]
+                        shown = ", ".join(f"seed {s} {n}" for s, n in lost)
+                        print(f"a worker died; these run again, one at a time: {shown}")
+                        return lost
+                    self._save()
+        return []
+
+    def _save(self) -> None:
+        saved = {"commands": self.commands, **self.results}
+        self.partial.write_bytes(orjson.dumps(saved, option=orjson.OPT_NON_STR_KEYS))
 
 
 def next_job(pending, results, running, config: LabConfig) -> tuple[int, str] | None:
