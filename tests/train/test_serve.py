@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -142,3 +143,35 @@ def test_a_fine_tuned_pretrained_student_keeps_more_context_than_its_rows() -> N
     assert serving_context(pretrained, model(8192)) == BASE_CONTEXT
     assert serving_context(pretrained, model(1536)) == 1536
     assert serving_context({"max_context": 1024, "codec": {"kind": "compact"}}, model(8192)) == 1024
+
+
+def test_a_seeded_request_samples_the_same_alone_and_inside_a_batch(student_dir: Path) -> None:
+    """A request's seed is its own: each row samples with a generator of its own, so the
+    batch it lands in (here the last of four, the others unseeded) does not change it."""
+    served = StudentApp(Student(student_dir), ServeConfig(max_wait_ms=300))
+    server = BackgroundServer(served.app).start()
+
+    def ask(seed: int | None, world: int) -> list[int]:
+        client = openai.OpenAI(base_url=f"{server.url}/v1", api_key="x", max_retries=0)
+        extra = {} if seed is None else {"seed": seed}
+        answer = client.chat.completions.create(
+            model="student", messages=_opening(world), tools=TOOLS, temperature=2.0,
+            max_tokens=16, **extra,
+        )  # fmt: skip
+        return answer.model_dump()["choices"][0]["token_ids"]
+
+    try:
+        alone = ask(7, 1_000_000)
+        with ThreadPoolExecutor(4) as pool:
+            others = [pool.submit(ask, None, 1_000_001 + n) for n in range(3)]
+            time.sleep(0.1)  # the seeded request arrives last, in the same batch
+            batched = pool.submit(ask, 7, 1_000_000).result()
+            for other in others:
+                other.result()
+    finally:
+        server.stop()
+    assert served.batches[-1] == 4
+    assert batched == alone
+    assert Student(student_dir).generate([[1, 2, 3]] * 2, 8, 1.0, seed=[5, 5])[0].token_ids == (
+        Student(student_dir).generate([[1, 2, 3]], 8, 1.0, seed=[5])[0].token_ids
+    )

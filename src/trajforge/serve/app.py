@@ -233,10 +233,10 @@ class StudentApp:
 
     async def _run(self, items: list[_Pending], temperature: float, max_tokens: int) -> None:
         self.batches.append(len(items))
-        seed = items[0].request.seed or next(self._ids)
+        seeds = [next(self._ids) if i.request.seed is None else i.request.seed for i in items]
         student, cache = self.student, self.prefix_cache
         generated = await asyncio.to_thread(
-            student.generate, [i.prompt for i in items], max_tokens, temperature, seed, cache,
+            student.generate, [i.prompt for i in items], max_tokens, temperature, seeds, cache,
             _token_sink(items, asyncio.get_running_loop()),
         )  # fmt: skip
         for item, gen in zip(items, generated, strict=True):

@@ -129,24 +129,28 @@ class Student:
         prompts: Sequence[Sequence[int]],
         max_new_tokens: int = 24,
         temperature: float = 0.0,
-        seed: int = 0,
+        seed: int | Sequence[int] = 0,
         prefix_cache: PrefixCache | None = None,
         on_token: TokenSink | None = None,
     ) -> list[Generated]:
         """Greedy (temperature 0) or sampled completions of every prompt, batched.
 
-        With a `prefix_cache`, each prompt is fed from its longest cached prefix on and every
-        served sequence is kept there; the result is the same (within float rounding).
-        `on_token(row, token_id, logprob)` is called for each token as it is chosen."""
+        Each prompt samples with a random generator of its own, seeded by its entry of `seed`
+        (one per prompt), or `seed` plus its row: a prompt and a seed give the same
+        completion whatever else is in the batch. With a `prefix_cache`, each prompt is fed
+        from its longest cached prefix on and every served sequence is kept there; the result
+        is the same (within float rounding). `on_token(row, token_id, logprob)` is called for
+        each token as it is chosen."""
         import torch
 
+        seeds = row_seeds(seed, len(prompts))
         results: list[Generated] = []
-        generator = torch.Generator().manual_seed(seed)
         with torch.inference_mode():
             for start in range(0, len(prompts), MAX_ROWS):
                 chunk = [self.fit(p, max_new_tokens) for p in prompts[start : start + MAX_ROWS]]
                 sink = _shifted(on_token, start)
-                sampling = _Sampling(max_new_tokens, temperature, generator, sink)
+                generators = _generators(seeds[start : start + MAX_ROWS], temperature)
+                sampling = _Sampling(max_new_tokens, temperature, generators, sink)
                 results += _decode(self, chunk, sampling, prefix_cache)
         return results
 
@@ -327,11 +331,30 @@ def _stack(hits: Sequence[Hit], width: int, layer: int, kind: str) -> Any:
     return out
 
 
+def row_seeds(seed: int | Sequence[int], rows: int) -> list[int]:
+    """Each row's sampling seed: its own, or `seed` plus its row (within 64 bits)."""
+    if isinstance(seed, int):
+        return [(seed + row) % 2**64 for row in range(rows)]
+    if len(seed) != rows:
+        raise ValueError(f"{len(seed)} seeds for {rows} prompts")
+    return list(seed)
+
+
+def _generators(seeds: Sequence[int], temperature: float) -> list[Any]:
+    """A random generator per row (none is needed to decode greedily)."""
+    import torch
+
+    if temperature <= 0:
+        return []
+    return [torch.Generator().manual_seed(seed) for seed in seeds]
+
+
 @dataclass
 class _Sampling:
     max_new: int
     temperature: float
-    generator: Any
+    generators: list[Any]
+    """One per row, each drawn once a step, so a row's draws do not depend on the others."""
     on_token: TokenSink | None = None
 
 
@@ -370,7 +393,11 @@ def _choose(logprobs: Any, sampling: _Sampling) -> Any:
 
     if sampling.temperature > 0:
         probs = torch.softmax(logprobs / sampling.temperature, dim=-1)
-        return torch.multinomial(probs, 1, generator=sampling.generator).squeeze(1)
+        picks = [
+            torch.multinomial(row, 1, generator=generator)
+            for row, generator in zip(probs, sampling.generators, strict=True)
+        ]
+        return torch.cat(picks)
     return logprobs.argmax(dim=-1)
 
 
@@ -476,7 +503,8 @@ class DecodeSession:
             self.fed = [[] for _ in rows]
             rows = [self.student.fit(p, max_new_tokens) for p in rows]
         segments = [p[len(f) :] for p, f in zip(rows, self.fed, strict=True)]
-        sampling = _Sampling(max_new_tokens, temperature, torch.Generator().manual_seed(seed))
+        generators = _generators(row_seeds(seed, len(rows)), temperature)
+        sampling = _Sampling(max_new_tokens, temperature, generators)
         with torch.inference_mode():
             logprobs = self.batch.feed(segments)
             self.fed = [list(p) for p in rows]
