@@ -33,6 +33,9 @@ def rl_command(
     ] = 5,
     eval_tasks: Annotated[int, typer.Option("--eval-tasks", min=1, help="Held-out worlds.")] = 100,
     concurrency: Annotated[int, typer.Option("--concurrency", help="Episodes at once.")] = 32,
+    backend: Annotated[
+        str, typer.Option("--backend", help="local (threads here) or ray (Ray tasks).")
+    ] = "local",
     early_stop_after: Annotated[
         int, typer.Option("--early-stop-after", help="Monitor stop after N iterations (0: off).")
     ] = 0,
@@ -47,6 +50,8 @@ def rl_command(
     config = None
     if reward not in ("outcome", "process"):
         raise UserError(f"--reward must be outcome or process, not '{reward}'")
+    if backend not in ("local", "ray"):
+        raise UserError(f"--backend must be local or ray, not '{backend}'")
     if not resume:
         if base is None:
             raise UserError("give --base CHECKPOINT (or --resume)")
@@ -56,7 +61,7 @@ def rl_command(
             reward="process" if reward == "process" else "outcome",
             lr=lr, kl_coef=kl, max_steps=max_steps, eval_every=eval_every,
             eval_tasks=eval_tasks, concurrency=concurrency, seed=seed,
-            early_stop_after=early_stop_after,
+            early_stop_after=early_stop_after, backend="ray" if backend == "ray" else "local",
         )  # fmt: skip
     total = config.iterations if config else RLConfig(**read_run(out)["config"]).iterations
     shown = _RLProgress(total)

@@ -23,6 +23,7 @@ requests of that batch (500, logged) and the loop goes on serving.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import itertools
 import logging
 from collections.abc import AsyncIterator
@@ -103,6 +104,15 @@ class _Pending:
             float(self.request.temperature or 0.0),
             _max_tokens(self.request, default_max_tokens),
         )
+
+    def sampling_seed(self, counter: itertools.count) -> int:
+        """The seed of this request's random generator: its `seed` with its prompt (one seed
+        sent at every turn of a conversation samples each turn afresh, and a request sent
+        again samples the same), or the server's counter's next value."""
+        if self.request.seed is None:
+            return next(counter)
+        text = f"{self.request.seed}:{','.join(map(str, self.prompt))}".encode()
+        return int.from_bytes(hashlib.sha256(text).digest()[:8], "big")
 
 
 def _max_tokens(request: ChatRequest, default: int) -> int:
@@ -233,7 +243,7 @@ class StudentApp:
 
     async def _run(self, items: list[_Pending], temperature: float, max_tokens: int) -> None:
         self.batches.append(len(items))
-        seeds = [next(self._ids) if i.request.seed is None else i.request.seed for i in items]
+        seeds = [item.sampling_seed(self._ids) for item in items]
         student, cache = self.student, self.prefix_cache
         generated = await asyncio.to_thread(
             student.generate, [i.prompt for i in items], max_tokens, temperature, seeds, cache,

@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 RewardKind = Literal["outcome", "process"]
+RolloutBackend = Literal["local", "ray"]
 
 
 class RLConfig(BaseModel):
@@ -28,6 +29,11 @@ class RLConfig(BaseModel):
         "distribution, which the clipped ratio needs.",
     )
     concurrency: int = Field(default=32, ge=1, description="Episodes running at once.")
+    backend: RolloutBackend = Field(
+        default="local",
+        description="Where the episodes run: threads of this process, or Ray tasks (the "
+        "running Ray session, $RAY_ADDRESS, or a local Ray); the same episodes either way.",
+    )
     lr: float = Field(default=1e-4, gt=0, description="Adam learning rate.")
     epochs: int = Field(default=2, ge=1, description="Passes over each iteration's samples.")
     minibatch: int = Field(default=16, ge=1, description="Sequences per optimizer step.")

@@ -124,7 +124,8 @@ class _Loop:
 
     def run(self) -> None:
         config = self.config
-        with RolloutService(self.start, self.out / progress.STORE_FILE) as service:
+        store = self.out / progress.STORE_FILE
+        with RolloutService(self.start, store, backend=config.backend) as service:
             for iteration in range(self.first, config.iterations + 1):
                 self.monitor(service, iteration)
                 path = self.iteration(service, iteration)
@@ -158,6 +159,7 @@ class _Loop:
             ),
             config.concurrency,
             on_episode=self._episode_counter(iteration, len(jobs)),
+            seed=config.seed * 1_000_003 + iteration,
         )  # fmt: skip
         started = time.perf_counter()
         sequences = training_sequences(episodes, config)

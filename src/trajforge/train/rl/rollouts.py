@@ -8,17 +8,27 @@ recorded session, with the server's token ids and logprobs, becomes RL samples b
 `rl_samples` that `trajforge export --format rl` writes.
 
     episodes (threads) ──HTTP──► proxy (records) ──HTTP──► serve (batched, hot-reloaded)
+
+The episodes run as threads of this process (`backend="local"`) or as Ray tasks
+(`backend="ray"`: each task runs `RAY_TASK_EPISODES` episodes in threads of a Ray worker, so
+the rollout side can leave the trainer's process and machine; the proxy must then be reachable
+from the workers). Given a seed, each episode's requests carry a seed of its own, and `serve`
+samples each request from its seed and prompt: the same jobs and seed give the same episodes
+on either backend, whatever batches the requests land in.
 """
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Literal
 
 import httpx
+from pydantic import BaseModel, Field
 
 from trajforge.agents.llm import LLMPolicy
 from trajforge.envs.household import HouseholdEnv
@@ -26,6 +36,7 @@ from trajforge.errors import UserError
 from trajforge.export.rl import rl_samples
 from trajforge.models.openai_compat import OpenAICompatibleModel, OpenAIModelConfig
 from trajforge.models.serve import BackgroundServer
+from trajforge.processes import ray_session
 from trajforge.proxy import ProxyConfig, ProxyServer
 from trajforge.proxy.config import MonitorStopConfig
 from trajforge.proxy.session import trajectory_id
@@ -84,13 +95,52 @@ class RolloutStats:
         }
 
 
+Backend = Literal["local", "ray"]
+Job = tuple[str, str, Task]
+"""(session, group, task) of one episode."""
+RAY_TASK_EPISODES = 8
+"""Episodes one Ray task runs at once, in threads (their model calls wait on the server)."""
+
+
+class Rollout(BaseModel):
+    """One episode to run: its model endpoint (the proxy session's URL), task and limits."""
+
+    model: OpenAIModelConfig = Field(description="The llm policy's endpoint and sampling.")
+    task: Task = Field(description="The household task.")
+    limits: Limits = Field(description="Episode limits.")
+    outcome_url: str = Field(description="Where the episode's outcome is posted.")
+
+
+def roll_out(rollout: Rollout) -> Trajectory:
+    """Run one episode of the `llm` policy and post its outcome to the proxy."""
+    policy = LLMPolicy(OpenAICompatibleModel(rollout.model))
+    run = run_episode(HouseholdEnv(), policy, rollout.task, limits=rollout.limits)
+    if run.outcome.status != "model_error":  # a run the server failed is not judged
+        outcome = {"success": bool(run.outcome.success), "reward": run.outcome.reward}
+        httpx.post(rollout.outcome_url, json=outcome, timeout=60)
+    return run
+
+
+def _ray_rollouts(payloads: list[bytes]) -> list[bytes]:
+    """A Ray task: its rollouts (JSON) run in threads; their trajectories as JSON."""
+    rollouts = [Rollout.model_validate_json(payload) for payload in payloads]
+    with ThreadPoolExecutor(max(1, len(rollouts))) as pool:
+        return [run.model_dump_json().encode() for run in pool.map(roll_out, rollouts)]
+
+
+def episode_seed(seed: int, index: int) -> int:
+    """The seed of the `index`-th job's requests under a run seed."""
+    return int.from_bytes(hashlib.sha256(f"{seed}/{index}".encode()).digest()[:6], "big")
+
+
 class RolloutService:
     """`trajforge serve` for a checkpoint and `trajforge proxy` in front of it, on loopback."""
 
     def __init__(
         self, checkpoint: Path, db: Path, max_batch: int = 64,
-        prefix_cache_tokens: int = DEFAULT_TOKENS,
+        prefix_cache_tokens: int = DEFAULT_TOKENS, backend: Backend = "local",
     ) -> None:  # fmt: skip
+        self.backend = backend
         config = ServeConfig(
             max_batch=max_batch, max_wait_ms=5.0, prefix_cache_tokens=prefix_cache_tokens
         )
@@ -138,37 +188,39 @@ class RolloutService:
             raise UserError(f"reloading {checkpoint} failed: {reply.text}")
 
     def run(
-        self, jobs: Sequence[tuple[str, str, Task]], limits: Limits, model: OpenAIModelConfig,
-        concurrency: int, on_episode: Callable[[Trajectory], None] | None = None,
+        self, jobs: Sequence[Job], limits: Limits, model: OpenAIModelConfig, concurrency: int,
+        on_episode: Callable[[Trajectory], None] | None = None, seed: int | None = None,
     ) -> tuple[list[Episode], RolloutStats]:  # fmt: skip
         """Run each (session, group, task) once; returns episodes in job order.
-        `on_episode` is called with each run as it ends (from the worker threads)."""
+        `on_episode` is called with each run as it ends (from worker threads, or as its Ray
+        task returns). With a `seed`, the `index`-th job's requests carry
+        `episode_seed(seed, index)`."""
         started = time.perf_counter()
-
-        def episode(job: tuple[str, str, Task]) -> Trajectory:
-            run = self._episode(job, limits, model)
-            if on_episode is not None:
-                on_episode(run)
-            return run
-
-        with ThreadPoolExecutor(max(1, min(concurrency, len(jobs)))) as pool:
-            runs = list(pool.map(episode, jobs))
+        rollouts = [
+            self._rollout(job, index, limits, model, seed) for index, job in enumerate(jobs)
+        ]
+        if self.backend == "ray":
+            runs = _on_ray(rollouts, concurrency, on_episode)
+        else:
+            runs = _in_threads(rollouts, concurrency, on_episode)
         seconds = time.perf_counter() - started
         assert self.proxy is not None
         self.proxy.flush()
         episodes = self._collect(jobs, runs)
         return episodes, _stats(episodes, seconds)
 
-    def _episode(self, job: tuple[str, str, Task], limits: Limits, model: OpenAIModelConfig):
+    def _rollout(
+        self, job: Job, index: int, limits: Limits, model: OpenAIModelConfig, seed: int | None
+    ) -> Rollout:
         session, _, task = job
         assert self.proxy is not None
-        config = model.model_copy(update={"base_url": self.proxy.session_url(session)})
-        policy = LLMPolicy(OpenAICompatibleModel(config))
-        run = run_episode(HouseholdEnv(), policy, task, limits=limits)
-        if run.outcome.status != "model_error":  # a run the server failed is not judged
-            outcome = {"success": bool(run.outcome.success), "reward": run.outcome.reward}
-            httpx.post(f"{self.proxy.url}/s/{session}/outcome", json=outcome, timeout=60)
-        return run
+        update: dict[str, object] = {"base_url": self.proxy.session_url(session)}
+        if seed is not None:
+            update["seed"] = episode_seed(seed, index)
+        outcome_url = f"{self.proxy.url}/s/{session}/outcome"
+        return Rollout(
+            model=model.model_copy(update=update), task=task, limits=limits, outcome_url=outcome_url
+        )
 
     def _collect(self, jobs, runs: list[Trajectory]) -> list[Episode]:
         episodes = []
@@ -182,6 +234,45 @@ class RolloutService:
                 samples = [] if recorded is None or unjudged else list(rl_samples(recorded))
                 episodes.append(Episode(session, group, run, recorded, samples))
         return episodes
+
+
+def _in_threads(
+    rollouts: list[Rollout], concurrency: int, on_episode: Callable[[Trajectory], None] | None
+) -> list[Trajectory]:
+    def episode(rollout: Rollout) -> Trajectory:
+        run = roll_out(rollout)
+        if on_episode is not None:
+            on_episode(run)
+        return run
+
+    with ThreadPoolExecutor(max(1, min(concurrency, len(rollouts)))) as pool:
+        return list(pool.map(episode, rollouts))
+
+
+def _on_ray(
+    rollouts: list[Rollout], concurrency: int, on_episode: Callable[[Trajectory], None] | None
+) -> list[Trajectory]:
+    """The rollouts run in Ray tasks of `RAY_TASK_EPISODES`, `concurrency` at once; their
+    trajectories in the rollouts' order."""
+    size = RAY_TASK_EPISODES
+    chunks = [rollouts[i : i + size] for i in range(0, len(rollouts), size)]
+    in_flight = max(1, concurrency // size)
+    ray = ray_session(in_flight)
+    remote = ray.remote(num_cpus=0)(_ray_rollouts)
+    waiting = list(enumerate(chunks))[::-1]
+    running: dict[Any, int] = {}
+    done: dict[int, list[Trajectory]] = {}
+    while waiting or running:
+        while waiting and len(running) < in_flight:
+            index, chunk = waiting.pop()
+            running[remote.remote([r.model_dump_json().encode() for r in chunk])] = index
+        ready, _ = ray.wait(list(running), num_returns=1)
+        index = running.pop(ready[0])
+        done[index] = [Trajectory.model_validate_json(doc) for doc in ray.get(ready[0])]
+        if on_episode is not None:
+            for run in done[index]:
+                on_episode(run)
+    return [run for index in range(len(chunks)) for run in done[index]]
 
 
 def _stats(episodes: list[Episode], seconds: float) -> RolloutStats:
