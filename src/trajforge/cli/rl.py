@@ -28,6 +28,15 @@ def rl_command(
     lr: Annotated[float, typer.Option("--lr", help="Learning rate.")] = 1e-4,
     kl: Annotated[float, typer.Option("--kl", help="KL-to-reference weight.")] = 0.0,
     max_steps: Annotated[int, typer.Option("--max-steps", help="Agent steps/episode.")] = 20,
+    max_new_tokens: Annotated[
+        int,
+        typer.Option(
+            "--max-new-tokens",
+            min=1,
+            help="Tokens per model call (a pretrained model's tool "
+            "call in its text convention takes about 30).",
+        ),
+    ] = 16,
     eval_every: Annotated[
         int, typer.Option("--eval-every", min=0, help="Held-out evaluation interval (0: off).")
     ] = 5,
@@ -59,7 +68,8 @@ def rl_command(
             RLConfig, _FLAGS,
             iterations=iterations, tasks_per_iteration=tasks, group_size=group,
             reward="process" if reward == "process" else "outcome",
-            lr=lr, kl_coef=kl, max_steps=max_steps, eval_every=eval_every,
+            lr=lr, kl_coef=kl, max_steps=max_steps, max_new_tokens=max_new_tokens,
+            eval_every=eval_every,
             eval_tasks=eval_tasks, concurrency=concurrency, seed=seed,
             early_stop_after=early_stop_after, backend="ray" if backend == "ray" else "local",
         )  # fmt: skip
