@@ -1,0 +1,73 @@
+"""The GRPO update on a large vocabulary: logprobs only at model tokens, minibatches in passes,
+the same figures and gradients as the plain computation."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from trajforge.train.rl.grpo import TrainSequence, _minibatch_loss, passes, token_logprobs
+
+torch = pytest.importorskip("torch")
+
+
+def _model():
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    shape = LlamaConfig(
+        vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+        pad_token_id=0, bos_token_id=None, eos_token_id=None,
+    )  # fmt: skip
+    return LlamaForCausalLM(shape)
+
+
+def _sequences() -> list[TrainSequence]:
+    """Episodes of 20-60 tokens whose model turns (mask 1) alternate with environment ones."""
+    rng = random.Random(3)
+    out = []
+    for index in range(6):
+        length = rng.randrange(20, 60)
+        mask = [1 if (t // 5) % 2 and t > 4 else 0 for t in range(length)]
+        behaviour = [rng.uniform(-3, -0.1) if m else None for m in mask]
+        advantages = [rng.choice([-1.0, 0.5]) if m else 0.0 for m in mask]
+        ids = [rng.randrange(1, 97) for _ in range(length)]
+        out.append(TrainSequence(ids, mask, behaviour, advantages, f"g{index % 2}", 0.0))
+    return out
+
+
+def _full_logprobs(model, batch) -> torch.Tensor:
+    """Every position's logprob from the whole logits, as computed before."""
+    width = max(len(s.ids) for s in batch)
+    ids = torch.tensor([s.ids + [0] * (width - len(s.ids)) for s in batch])
+    attention = torch.tensor([[1] * len(s.ids) + [0] * (width - len(s.ids)) for s in batch])
+    logits = model(input_ids=ids, attention_mask=attention).logits[:, :-1].float()
+    picked = torch.log_softmax(logits, dim=-1).gather(2, ids[:, 1:].unsqueeze(2)).squeeze(2)
+    return torch.cat([torch.zeros(len(batch), 1), picked], dim=1)
+
+
+def test_logprobs_at_model_tokens_equal_the_whole_logits() -> None:
+    model, batch = _model().eval(), _sequences()
+    with torch.no_grad():
+        kept, full = token_logprobs(model, batch, 0), _full_logprobs(model, batch)
+    for row, seq in enumerate(batch):
+        for t, learned in enumerate(seq.mask):
+            if learned:
+                assert abs(float(kept[row, t] - full[row, t])) < 1e-5
+            else:
+                assert float(kept[row, t]) == 0.0
+
+
+def test_passes_add_up_to_the_minibatch_gradient() -> None:
+    batch = _sequences()
+    runs = list(passes(batch, tokens=130))
+    assert len(runs) > 2 and [s for run in runs for s in run] == batch
+    assert all(len(run) * max(len(s.ids) for s in run) <= 130 or len(run) == 1 for run in runs)
+    whole, split = _model(), _model()
+    _minibatch_loss(whole, None, batch, 0, 0.2, 0.0)["loss"].backward()
+    for run in runs:
+        (_minibatch_loss(split, None, run, 0, 0.2, 0.0)["loss"] * len(run) / len(batch)).backward()
+    for a, b in zip(whole.parameters(), split.parameters(), strict=True):
+        assert torch.allclose(a.grad, b.grad, atol=1e-6)
