@@ -278,7 +278,7 @@ class Lab:
         failures = [t.with_id() for t in runs if not t.outcome.success]
         searched = failures[: config.teacher_failures]
         recovery = GuidedRecovery(
-            runner=LockstepRunner(student, config.max_steps),
+            runner=LockstepRunner(student, config.max_steps, config.max_new_tokens),
             config=RecoverConfig(
                 sources=["correction", "privileged"],
                 privileged_forms=["hint"],

@@ -178,3 +178,28 @@ def test_serve_of_an_unknown_model_is_one_error_line_naming_what_it_can_be(tmp_p
     result = _cli("serve", str(tmp_path / "nothing-here"), "--port", "1")
     assert result.returncode == 1
     assert result.stderr.startswith("error: unknown model") and "smollm2-135m" in result.stderr
+
+
+class _Decoded(Exception):
+    """Stops a rollout at its first decode, holding how many new tokens it was given."""
+
+
+def test_a_pretrained_students_turns_have_room_for_a_tool_call(
+    smollm_dir: Path, student_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A tool call in SmolLM2's text convention takes about 30 tokens: evaluation, guided
+    recovery and RL give its turns 48 unless told otherwise (16 cut every call short)."""
+    from trajforge.envs.household import HouseholdEnv, task_for
+    from trajforge.serve.student import DecodeSession
+    from trajforge.train.evaluate import fresh_starts, run_lockstep
+
+    def first_decode(self, prompts, max_new_tokens, *args, **kwargs):
+        raise _Decoded(max_new_tokens)
+
+    monkeypatch.setattr(DecodeSession, "generate", first_decode)
+    for path, tokens in ((NAME, 48), (student_dir, 16)):
+        student = Student(path)
+        assert student.turn_tokens == tokens
+        with pytest.raises(_Decoded) as decoded:
+            run_lockstep(student, fresh_starts(HouseholdEnv, [task_for(1_000_000, 1)]), 1)
+        assert decoded.value.args == (tokens,)

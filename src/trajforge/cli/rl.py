@@ -29,14 +29,13 @@ def rl_command(
     kl: Annotated[float, typer.Option("--kl", help="KL-to-reference weight.")] = 0.0,
     max_steps: Annotated[int, typer.Option("--max-steps", help="Agent steps/episode.")] = 20,
     max_new_tokens: Annotated[
-        int,
+        int | None,
         typer.Option(
             "--max-new-tokens",
             min=1,
-            help="Tokens per model call (a pretrained model's tool "
-            "call in its text convention takes about 30).",
+            help="Tokens per model call (default: the student's, 16 tiny, 48 pretrained).",
         ),
-    ] = 16,
+    ] = None,
     eval_every: Annotated[
         int, typer.Option("--eval-every", min=0, help="Held-out evaluation interval (0: off).")
     ] = 5,

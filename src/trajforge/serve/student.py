@@ -38,6 +38,9 @@ MAX_ROWS = 512
 """Prompts decoded together at most by one `Student.generate` call (more run in turn)."""
 MIN_SHARED = 32
 """Opening tokens a batch's prompts must share for `_Batch.feed` to feed them only once."""
+TURN_TOKENS = {"compact": 16, "hf": 48}
+"""New tokens an agent turn gets by default, by codec: a tool call is a few words of the tiny
+student's vocabulary, and about 30 tokens of a pretrained model's text convention."""
 TokenSink = Callable[[int, int, float], None]
 """Called as each token is chosen: (row, token id, logprob)."""
 
@@ -123,6 +126,8 @@ class Student:
         self.model.eval()
         self.name = self.manifest.get("name") or self.path.name
         self.max_context = serving_context(self.manifest, self.model)
+        self.turn_tokens = TURN_TOKENS["hf" if isinstance(self.codec, HFCodec) else "compact"]
+        """New tokens an agent turn gets unless told otherwise (`TURN_TOKENS`)."""
 
     def generate(
         self,

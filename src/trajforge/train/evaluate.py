@@ -112,20 +112,22 @@ def run_lockstep(
     temperature: float = 0.0,
     seed: int = 0,
     reuse_cache: bool = True,
-    max_new_tokens: int = 16,
+    max_new_tokens: int | None = None,
     on_finished: Callable[[Trajectory], None] | None = None,
 ) -> list[Trajectory]:
-    """Continue every (environment, trajectory) for up to `max_steps` more agent steps.
+    """Continue every (environment, trajectory) for up to `max_steps` more agent steps, of
+    at most `max_new_tokens` each (default: the student's `turn_tokens`).
 
     With `reuse_cache` each conversation keeps its key/value cache between steps
     (`DecodeSession`); without it every step re-encodes the whole history. `on_finished`
     is called with each episode as it ends. Episodes run in batches of `LOCKSTEP_ROWS` (the
     key/value states of a batch grow with its rows times their history).
     """
+    new_tokens = max_new_tokens or student.turn_tokens
     for first in range(0, len(starts), LOCKSTEP_ROWS):
         chunk = starts[first : first + LOCKSTEP_ROWS]
         _lockstep_rows(
-            student, chunk, max_steps, temperature, seed, reuse_cache, max_new_tokens, on_finished
+            student, chunk, max_steps, temperature, seed, reuse_cache, new_tokens, on_finished
         )
     return [traj for _, traj in starts]
 

@@ -22,15 +22,17 @@ from trajforge.train.evaluate import run_lockstep
 class LockstepRunner:
     """Runs guided-recovery jobs with `student`, each for up to `max_steps` more steps."""
 
-    def __init__(self, student: Student, max_steps: int) -> None:
+    def __init__(self, student: Student, max_steps: int, max_new_tokens: int | None = None) -> None:
+        """`max_new_tokens`: per agent step (default: the student's `turn_tokens`)."""
         self.student = student
         self.max_steps = max_steps
+        self.max_new_tokens = max_new_tokens
 
     def run(self, jobs: list[Job]) -> list[Trajectory]:
         starts = [self.start(job) for job in jobs]
         running = [(env, child) for env, child in starts if not child.outcome.termination_reason]
         if running:
-            run_lockstep(self.student, running, self.max_steps)
+            run_lockstep(self.student, running, self.max_steps, max_new_tokens=self.max_new_tokens)
         return [child for _, child in starts]
 
     def start(self, job: Job) -> tuple[Environment, Trajectory]:

@@ -21,7 +21,12 @@ class RLConfig(BaseModel):
         default=5000, ge=1, description="Training worlds are drawn from seeds [0, train_seeds)."
     )
     max_steps: int = Field(default=20, ge=1, description="Agent steps per episode.")
-    max_new_tokens: int = Field(default=16, ge=1, description="Tokens per model call.")
+    max_new_tokens: int | None = Field(
+        default=None,
+        ge=1,
+        description="Tokens per model call (default: the student's, 16 for a tiny one and 48 "
+        "for a pretrained one, whose tool call takes about 30).",
+    )
     temperature: float = Field(
         default=1.0,
         gt=0.0,

@@ -155,7 +155,8 @@ class _Loop:
             Limits(max_steps=config.max_steps),
             OpenAIModelConfig(
                 base_url="http://unused", model="student", api_key="local", logprobs=True,
-                temperature=config.temperature, max_tokens=config.max_new_tokens, max_retries=0,
+                temperature=config.temperature, max_retries=0,
+                max_tokens=config.max_new_tokens or self.student.turn_tokens,
             ),
             config.concurrency,
             on_episode=self._episode_counter(iteration, len(jobs)),
