@@ -1,6 +1,7 @@
 """The learning lab: what does each kind of trajforge data do to a student?
 
     python bench/learning_loop.py [--quick] [--seeds 3] [--steps 1200] [--jobs 2] [--arms E,O]
+                                  [--train-worlds 400]
                                   [--student tiny|smollm2-135m] [--lr LR] [--work DIR]
                                   [--resume PARTIAL] [--report PARTIAL]
                                   [--out bench/results/learning_loop.json]
@@ -816,7 +817,7 @@ def lab_config(args: argparse.Namespace) -> LabConfig:
         if args.out == RESULTS:
             args.out = RESULTS.with_name(f"learning_loop_{args.student}.json")
     fields = ("steps", "hidden", "batch_size", "test_worlds", "recovery_states", "lr", "work")
-    for field in (*fields, "teacher_failures"):
+    for field in (*fields, "teacher_failures", "train_worlds"):
         if getattr(args, field):
             setattr(config, field, getattr(args, field))
     return config
@@ -829,6 +830,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=None)
     parser.add_argument("--hidden", type=int, default=None, help="Student width.")
     parser.add_argument("--batch-size", type=int, default=None)
+    parser.add_argument(
+        "--train-worlds", type=int, default=None, help="Training worlds, seeds 0 to N-1 (400)."
+    )
     parser.add_argument("--test-worlds", type=int, default=None, help="Held-out worlds (300).")
     parser.add_argument(
         "--recovery-states", type=int, default=None, help="Perturbed states to recover (300)."
