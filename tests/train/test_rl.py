@@ -60,6 +60,8 @@ def test_an_iteration_updates_the_weights_and_the_next_one_keeps_recording(
         assert row["correlation"] >= 0.999 and row["max_logprob_diff"] < 1e-3
         for key in ("kl", "tokens_per_s", "episodes_per_s", "drift_points_dropped"):
             assert key in row
+        assert 0.0 <= row["zero_variance_groups"] <= 1.0 and 0.0 < row["advantage_tokens"] <= 1.0
+        assert row["entropy"] > 0.0
 
 
 def _progress(out: Path) -> list[dict]:

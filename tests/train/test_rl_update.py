@@ -4,10 +4,18 @@ the same figures and gradients as the plain computation."""
 from __future__ import annotations
 
 import random
+from types import SimpleNamespace
 
 import pytest
 
-from trajforge.train.rl.grpo import TrainSequence, _minibatch_loss, passes, token_logprobs
+from trajforge.train.rl.advantages import advantage_signal
+from trajforge.train.rl.grpo import (
+    TrainSequence,
+    _minibatch_loss,
+    passes,
+    token_logprobs,
+    token_scores,
+)
 
 torch = pytest.importorskip("torch")
 
@@ -71,3 +79,33 @@ def test_passes_add_up_to_the_minibatch_gradient() -> None:
         (_minibatch_loss(split, None, run, 0, 0.2, 0.0)["loss"] * len(run) / len(batch)).backward()
     for a, b in zip(whole.parameters(), split.parameters(), strict=True):
         assert torch.allclose(a.grad, b.grad, atol=1e-6)
+
+
+def test_entropy_at_model_tokens_is_the_whole_distributions() -> None:
+    model, batch = _model().eval(), _sequences()
+    width = max(len(s.ids) for s in batch)
+    ids = torch.tensor([s.ids + [0] * (width - len(s.ids)) for s in batch])
+    attention = torch.tensor([[1] * len(s.ids) + [0] * (width - len(s.ids)) for s in batch])
+    with torch.no_grad():
+        _, entropy = token_scores(model, batch, 0)
+        logp = torch.log_softmax(model(input_ids=ids, attention_mask=attention).logits, dim=-1)
+    whole = -(logp.exp() * logp).sum(-1)
+    for row, seq in enumerate(batch):
+        for t, learned in enumerate(seq.mask):
+            expected = float(whole[row, t - 1]) if learned else 0.0
+            assert abs(float(entropy[row, t]) - expected) < 1e-4
+
+
+def test_advantage_signal_counts_flat_groups_and_moved_tokens() -> None:
+    episodes = [
+        SimpleNamespace(group=group, reward=reward)
+        for group, reward in [("a", 1.0), ("a", 0.0), ("b", 0.0), ("b", 0.0), ("c", 1.0)]
+    ]
+    batch = _sequences()
+    signal = advantage_signal(episodes, batch)  # type: ignore[arg-type]
+    assert signal["groups"] == 3 and signal["zero_variance_groups"] == round(2 / 3, 4)
+    assert signal["advantage_tokens"] == 1.0  # every model token of _sequences has one
+    batch[0].advantages = [0.0] * len(batch[0].ids)
+    model_tokens = sum(sum(s.mask) for s in batch)
+    moved = model_tokens - sum(batch[0].mask)
+    assert advantage_signal(episodes, batch)["advantage_tokens"] == round(moved / model_tokens, 4)  # type: ignore[arg-type]

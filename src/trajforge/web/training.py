@@ -31,9 +31,9 @@ from trajforge.web.live import event, poll_stream
 from trajforge.web.plots import Point, series_plot
 from trajforge.web.reading import StoreReads
 
-COLUMNS = ["iteration", "reward", "train success", "correlation", "max |Δlogp|", "KL", "loss",
-           "episodes", "episodes/s", "tokens/s", "drift dropped", "stopped", "held-out (95% CI)",
-           "written"]  # fmt: skip
+COLUMNS = ["iteration", "reward", "train success", "correlation", "max |Δlogp|", "KL", "entropy",
+           "loss", "zero-variance groups", "episodes", "episodes/s", "tokens/s", "drift dropped",
+           "stopped", "held-out (95% CI)", "written"]  # fmt: skip
 
 
 def iteration_rows(store: Store, name: str) -> list[dict[str, Any]]:
@@ -186,7 +186,10 @@ def _held_out_points(
 
 
 def _row_cells(row: dict[str, Any]) -> list[str]:
-    keys = ["kl", "loss", "episodes", "episodes_per_s", "tokens_per_s", "drift_points_dropped"]
+    keys = [
+        "kl", "entropy", "loss", "zero_variance_groups", "episodes", "episodes_per_s",
+        "tokens_per_s", "drift_points_dropped",
+    ]  # fmt: skip
     stopped = f"{row['stopped']}/{row.get('episodes', '?')}" if row.get("monitor_on") else ""
     held = _held_out(row["heldout"]) if row.get("heldout") else ""
     return [

@@ -29,6 +29,23 @@ def training_sequences(episodes: Sequence[Episode], config: RLConfig) -> list[Tr
     return sequences
 
 
+def advantage_signal(episodes: Sequence[Episode], sequences: Sequence[TrainSequence]) -> dict:
+    """How much of an iteration can teach: the groups whose rewards are all equal (their
+    outcome advantage is 0) and the share of model tokens whose advantage is not 0."""
+    rewards: dict[str, set[float]] = {}
+    for episode in episodes:
+        rewards.setdefault(episode.group, set()).add(round(episode.reward, 8))
+    flat = sum(len(values) == 1 for values in rewards.values())
+    model = sum(sum(seq.mask) for seq in sequences)
+    moved = sum(sum(1 for m, a in zip(seq.mask, seq.advantages, strict=True) if m and a != 0.0)
+                for seq in sequences)  # fmt: skip
+    return {
+        "groups": len(rewards),
+        "zero_variance_groups": round(flat / len(rewards), 4) if rewards else None,
+        "advantage_tokens": round(moved / model, 4) if model else None,
+    }
+
+
 def _sequences(
     episode: Episode, group: str, outcome: float, steps: list[float] | None, weight: float
 ) -> list[TrainSequence]:

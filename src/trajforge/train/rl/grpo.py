@@ -67,6 +67,12 @@ def group_advantages(rewards: dict[str, list[float]]) -> dict[str, list[float]]:
 def token_logprobs(model: Any, batch: Sequence[TrainSequence], pad_id: int) -> Any:
     """Logprob of each model token (mask 1) given the ones before it, [B, T]; 0 elsewhere
     (column 0 is always 0). Logits are computed only where some row has a model token."""
+    return token_scores(model, batch, pad_id)[0]
+
+
+def token_scores(model: Any, batch: Sequence[TrainSequence], pad_id: int) -> tuple[Any, Any]:
+    """`token_logprobs`, and beside it the entropy of the model's next-token distribution at
+    the same places (without gradient), both [B, T]."""
     import torch
 
     width = max(len(s.ids) for s in batch)
@@ -74,13 +80,16 @@ def token_logprobs(model: Any, batch: Sequence[TrainSequence], pad_id: int) -> A
     attention = torch.tensor([[1] * len(s.ids) + [0] * (width - len(s.ids)) for s in batch])
     learned = _padded(batch, "mask", width)[:, 1:] > 0
     positions = learned.any(dim=0).nonzero().squeeze(1)
-    out = torch.zeros(len(batch), width)
+    out, entropy = torch.zeros(len(batch), width), torch.zeros(len(batch), width)
     if len(positions) == 0:
-        return out
+        return out, entropy
     logits = model(input_ids=ids, attention_mask=attention, logits_to_keep=positions).logits
     targets = ids[:, 1:][:, positions].unsqueeze(2)
-    out[:, positions + 1] = torch.log_softmax(logits.float(), dim=-1).gather(2, targets).squeeze(2)
-    return out
+    logp = torch.log_softmax(logits.float(), dim=-1)
+    out[:, positions + 1] = logp.gather(2, targets).squeeze(2)
+    with torch.no_grad():
+        entropy[:, positions + 1] = -(logp.exp() * logp).sum(-1)
+    return out, entropy
 
 
 def passes(batch: Sequence[TrainSequence], tokens: int = PASS_TOKENS) -> Iterator[list]:
@@ -151,6 +160,8 @@ class UpdateStats:
     kl: float
     clipped: float
     steps: int
+    entropy: float | None
+    """Mean entropy of the policy at model tokens as the update met them (None: no update)."""
 
 
 def grpo_update(
@@ -161,7 +172,7 @@ def grpo_update(
     import torch
 
     live = [s for s in sequences if any(a != 0.0 for a in s.advantages)]
-    totals = {"loss": 0.0, "kl": 0.0, "clipped": 0.0}
+    totals = {"loss": 0.0, "kl": 0.0, "clipped": 0.0, "entropy": 0.0}
     steps = 0
     model.train()
     for _ in range(epochs if live else 0):
@@ -179,13 +190,14 @@ def grpo_update(
             steps += 1
     model.eval()
     n = max(steps, 1)
-    return UpdateStats(totals["loss"] / n, totals["kl"] / n, totals["clipped"] / n, steps)
+    entropy = totals["entropy"] / n if steps else None
+    return UpdateStats(totals["loss"] / n, totals["kl"] / n, totals["clipped"] / n, steps, entropy)
 
 
 def _minibatch_loss(model, reference, batch, pad_id, clip, kl_coef) -> dict[str, Any]:
     import torch
 
-    new = token_logprobs(model, batch, pad_id)
+    new, entropy = token_scores(model, batch, pad_id)
     width = new.shape[1]
     mask = _padded(batch, "mask", width)
     old = _padded(batch, "behaviour", width)
@@ -201,4 +213,5 @@ def _minibatch_loss(model, reference, batch, pad_id, clip, kl_coef) -> dict[str,
     loss = ((per_token * mask).sum(1) / counts).mean()
     kl = ((k3 * mask).sum(1) / counts).mean().detach()
     clipped = (((ratio - 1).abs() > clip).float() * mask).sum() / mask.sum().clamp(min=1)
-    return {"loss": loss, "kl": kl, "clipped": clipped.detach()}
+    spread = ((entropy * mask).sum(1) / counts).mean()
+    return {"loss": loss, "kl": kl, "clipped": clipped.detach(), "entropy": spread}

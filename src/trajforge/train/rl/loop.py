@@ -41,7 +41,7 @@ from trajforge.train.evaluate import (
 )
 from trajforge.train.rl import checkpoints as ckpt
 from trajforge.train.rl import progress
-from trajforge.train.rl.advantages import training_sequences
+from trajforge.train.rl.advantages import advantage_signal, training_sequences
 from trajforge.train.rl.config import RLConfig
 from trajforge.train.rl.early_stop import MONITOR_FILE, stopped, train_monitor
 from trajforge.train.rl.grpo import Agreement, agreement, grpo_update
@@ -176,6 +176,7 @@ class _Loop:
             "scored_tokens": agree.tokens,
             "codec": service.codec,
             "advantage_s": round(advantage_s, 3),
+            **advantage_signal(episodes, sequences),
             **_compute(episodes, self.monitoring),
             **stats.as_row(),
         }
@@ -189,6 +190,7 @@ class _Loop:
         row.update({
             "loss": round(update.loss, 5), "kl": round(update.kl, 6),
             "clipped": round(update.clipped, 4), "updates": update.steps,
+            "entropy": None if update.entropy is None else round(update.entropy, 5),
             "update_s": round(time.perf_counter() - started, 3),
             "sequences": len(sequences),
         })  # fmt: skip
