@@ -137,7 +137,8 @@ def test_the_loop_resumes_after_being_killed(student_dir: Path, tmp_path: Path) 
     out = tmp_path / "run"
     args = [sys.executable, "-m", "trajforge.cli.main", "train", "rl", "--out", str(out),
             "--base", str(student_dir), "--iterations", "3", "--tasks", "2", "--group", "2",
-            "--max-steps", "4", "--eval-every", "0", "--reward", "outcome"]  # fmt: skip
+            "--max-steps", "4", "--eval-every", "3", "--eval-tasks", "3",
+            "--reward", "outcome"]  # fmt: skip
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     process = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 900  # a guard against a hang, not a speed check
@@ -157,6 +158,10 @@ def test_the_loop_resumes_after_being_killed(student_dir: Path, tmp_path: Path) 
     assert lines[-1].startswith("train rl: iteration 3/3 (100%), ")
     assert " iteration/s, reward " in lines[-1] and " elapsed" in lines[-1]
     assert any(line.startswith("train rl: iteration 3: rollout 4/4 (100%)") for line in lines)
+    assert any(
+        line.startswith("train rl: held-out evaluation: episode 3/3 (100%)") for line in lines
+    )
+    assert "heldout" in rows[-1]
     assert (out / "iter-0001" / "state.pt").stat().st_mtime_ns == first
     assert not list(out.glob("*.partial"))
     assert _progress(out) == rows  # the store shows the iterations of both processes

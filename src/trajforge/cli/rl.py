@@ -74,7 +74,10 @@ def rl_command(
         )  # fmt: skip
     total = config.iterations if config else RLConfig(**read_run(out)["config"]).iterations
     shown = _RLProgress(total)
-    rows = train_rl(base, out, config, resume=resume, report=shown.row, on_episode=shown.episode)
+    rows = train_rl(
+        base, out, config, resume=resume, report=shown.row, on_episode=shown.episode,
+        on_heldout=shown.heldout,
+    )  # fmt: skip
     if as_json:
         print_json({"out": str(out), "iterations": rows})
 
@@ -86,6 +89,7 @@ class _RLProgress:
     def __init__(self, iterations: int) -> None:
         self.iterations = ProgressLines("train rl", iterations, "iteration")
         self.rollouts: ProgressLines | None = None
+        self.evaluation: ProgressLines | None = None
         self.current = 0
 
     def episode(self, iteration: int, done: int, total: int) -> None:
@@ -93,6 +97,11 @@ class _RLProgress:
             self.rollouts = ProgressLines(f"train rl: iteration {iteration}", total, "rollout")
             self.current = iteration
         self.rollouts.update(done)
+
+    def heldout(self, done: int, total: int) -> None:
+        if done == 0 or self.evaluation is None:
+            self.evaluation = ProgressLines("train rl: held-out evaluation", total, "episode")
+        self.evaluation.update(done)
 
     def row(self, row: dict[str, Any]) -> None:
         _show_row(self.iterations, row)

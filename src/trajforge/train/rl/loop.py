@@ -49,6 +49,7 @@ from trajforge.train.rl.rollouts import Episode, RolloutService
 
 Report = Callable[[dict[str, Any]], None]
 EpisodeDone = Callable[[int, int, int], None]
+HeldOutDone = Callable[[int, int], None]
 """Called as each rollout ends: (iteration, episodes finished, episodes in the iteration)."""
 
 
@@ -70,9 +71,11 @@ def check_agreement(agree: Agreement, minimum: float, iteration: int) -> None:
 def train_rl(
     base: Path | None, out: Path, config: RLConfig | None = None, *, resume: bool = False,
     report: Report | None = None, on_episode: EpisodeDone | None = None,
+    on_heldout: HeldOutDone | None = None,
 ) -> list[dict[str, Any]]:  # fmt: skip
     """Run (or continue) the loop in `out`; returns every iteration's row. `report` gets
-    each row as it is written, `on_episode` each finished rollout."""
+    each row as it is written, `on_episode` each finished rollout, `on_heldout` the count of
+    finished held-out episodes (done, total) while an evaluation runs."""
     import torch
 
     if resume:
@@ -85,7 +88,7 @@ def train_rl(
     if config.threads:
         torch.set_num_threads(config.threads)
     loop = _Loop(base, out, config, report or (lambda row: None))
-    loop.on_episode = on_episode
+    loop.on_episode, loop.on_heldout = on_episode, on_heldout
     if resume:
         progress.record_finished(out)
     else:
@@ -121,6 +124,7 @@ class _Loop:
         self._heldout: list[Task] | None = None
         self.monitoring = False
         self.on_episode: EpisodeDone | None = None
+        self.on_heldout: HeldOutDone | None = None
 
     def run(self) -> None:
         config = self.config
@@ -247,9 +251,18 @@ class _Loop:
             self._heldout = held_out_tasks(HouseholdEnv(), config.eval_tasks, config.difficulty)
         runs = run_lockstep(
             Student(path), fresh_starts(HouseholdEnv, self._heldout), config.max_steps,
-            max_new_tokens=config.max_new_tokens,
+            max_new_tokens=config.max_new_tokens, on_finished=self._heldout_counter(),
         )  # fmt: skip
         return rate([bool(r.outcome.success) for r in runs])
+
+    def _heldout_counter(self) -> Callable[[Trajectory], None] | None:
+        """Counts finished held-out episodes for `on_heldout`, starting with 0 now."""
+        report, total = self.on_heldout, len(self._heldout or [])
+        if report is None:
+            return None
+        report(0, total)
+        finished = itertools.count(1)
+        return lambda _: report(next(finished), total)
 
 
 def _compute(episodes: list[Episode], monitoring: bool) -> dict[str, Any]:
