@@ -24,6 +24,11 @@
    iterations' rollouts; episode-steps and reward per episode-step against the outcome arm
    on the same seeds and iterations (the same training tasks are drawn).
 
+`--runs DIR,DIR,...` summarises `train rl` run directories made elsewhere (one seed each,
+same base and settings) as an outcome arm, without training: the start's held-out success,
+the curve, and per iteration what the update had to learn from (groups with equal rewards,
+tokens with a non-zero advantage, entropy, KL, clipped share).
+
 The JSON result records the command, every setting and every iteration row. `--quick` is a
 smoke run (a small student, two iterations, few worlds): its numbers mean nothing.
 """
@@ -214,6 +219,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--summarize", type=Path, help="Only summarise a result file again from its rows."
     )
+    parser.add_argument(
+        "--runs", help="Only summarise these train rl run directories (comma-separated)."
+    )
     args = parser.parse_args(argv)
     if args.quick:
         args.seeds, args.iterations, args.tasks, args.group = 1, 2, 2, 4
@@ -230,6 +238,13 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.set_num_threads(1)
     args = parse(argv)
+    if args.runs:
+        command = "python bench/rl_loop.py " + " ".join(sys.argv[1:] if argv is None else argv)
+        result = from_runs([Path(p) for p in args.runs.split(",")], command)
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2, default=str))
+        print(runs_table(result), flush=True)
+        return 0
     if args.summarize:
         command = "python bench/rl_loop.py " + " ".join(sys.argv[1:] if argv is None else argv)
         result = resummarize(args.summarize, command)
@@ -333,6 +348,66 @@ def resummarize(path: Path, command: str) -> dict[str, Any]:
     )
     result["commands"] = [*result.get("commands", [result["command"]]), command]
     return result
+
+
+SIGNAL = ("reward", "zero_variance_groups", "advantage_tokens", "entropy", "kl", "clipped")
+
+
+def from_runs(dirs: list[Path], command: str) -> dict[str, Any]:
+    """An outcome arm summarised from `train rl` runs of one base and one setting."""
+    from trajforge.train.rl.checkpoints import read_run, rebuild_log
+
+    runs = [read_run(d) for d in dirs]
+    settings = [{k: v for k, v in r["config"].items() if k != "seed"} for r in runs]
+    same = [
+        r["base"] == runs[0]["base"] and s == settings[0]
+        for r, s in zip(runs, settings, strict=True)
+    ]
+    if not all(same):
+        raise SystemExit(f"--runs: {dirs} differ in base or settings (other than the seed)")
+    if any(r["initial"] != runs[0]["initial"] for r in runs) or runs[0]["initial"] is None:
+        raise SystemExit("--runs: each run must have evaluated the same start (--eval-every)")
+    rows = [rebuild_log(d) for d in dirs]
+    config = runs[0]["config"]
+    per_iteration = config["tasks_per_iteration"] * config["group_size"]
+    return {
+        "command": command,
+        "label": "held-out household difficulty-1 worlds (seeds >= 1,000,000), greedy, 20 steps",
+        "runs": [str(d) for d in dirs],
+        "seeds": [r["config"]["seed"] for r in runs],
+        "base": runs[0]["base"],
+        "rl": settings[0],
+        "sft": {k: runs[0]["initial"][k] for k in ("rate", "ci", "n", "successes")},
+        "outcome": summarize(rows, runs[0]["initial"], per_iteration),
+        "signal_by_iteration": signal(rows),
+    }
+
+
+def signal(runs: list[list[dict]]) -> list[dict[str, Any]]:
+    """Per iteration, the mean over seeds of what the update had to learn from."""
+    out = []
+    for iteration in sorted({r["iteration"] for rows in runs for r in rows}):
+        found = [r for rows in runs for r in rows if r["iteration"] == iteration]
+        means = {
+            key: round(sum(r[key] for r in found) / len(found), 4)
+            for key in SIGNAL
+            if all(r.get(key) is not None for r in found)
+        }
+        out.append({"iteration": iteration, "seeds": len(found), **means})
+    return out
+
+
+def runs_table(result: dict[str, Any]) -> str:
+    lines = [f"{'iter':>6}{'episodes':>10}{'success':>10}  95% CI  by seed"]
+    for p in result["outcome"]["curve"]:
+        head = f"{p['iteration']:>6}{p['episodes']:>10}{p['success']:>10.3f}"
+        lines.append(f"{head}  {p['success_ci']}  {p['success_by_seed']}")
+    lines.append(f"{'iter':>6}" + "".join(f"{k:>22}" for k in SIGNAL))
+    for row in result["signal_by_iteration"]:
+        cells = "".join(f"{row.get(k, float('nan')):>22.4f}" for k in SIGNAL)
+        lines.append(f"{row['iteration']:>6}{cells}")
+    lines.append(f"correlation min {result['outcome']['correlation_min']:.6f}")
+    return "\n".join(lines)
 
 
 def table(result: dict[str, Any]) -> str:

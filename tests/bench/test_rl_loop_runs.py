@@ -1,0 +1,60 @@
+"""`bench/rl_loop.py --runs` summarises train rl run directories of one base and setting:
+the start and each evaluated iteration pooled over seeds, and the update's signal means."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import orjson
+import pytest
+
+from trajforge.train.rl.checkpoints import iteration_dir, write_run
+
+sys.path.insert(0, str(Path(__file__).parents[2] / "bench"))
+import rl_loop
+
+START = {"n": 10, "successes": 3, "rate": 0.3, "ci": [0.108, 0.603]}
+CONFIG = {"tasks_per_iteration": 2, "group_size": 4, "lr": 1e-4}
+
+
+def _row(iteration: int, seed: int, held: int | None) -> dict:
+    row = {
+        "iteration": iteration, "reward": 0.5, "correlation": 1.0, "max_logprob_diff": 1e-5,
+        "episodes": 8, "tokens_per_s": 100.0, "rollout_s": 1.0, "update_s": 0.5,
+        "advantage_s": 0.0, "episodes_per_s": 8.0, "drift_points_dropped": 0,
+        "zero_variance_groups": 0.5 * seed, "advantage_tokens": 0.4, "entropy": 0.2,
+        "kl": 0.01, "clipped": 0.05,
+    }  # fmt: skip
+    if held is not None:
+        row["heldout"] = {"n": 10, "successes": held, "rate": held / 10, "ci": [0.0, 1.0]}
+    return row
+
+
+def _run(root: Path, seed: int, base: str, finals: int) -> Path:
+    out = root / f"seed{seed}"
+    write_run(out, Path(base), {**CONFIG, "seed": seed}, START)
+    for iteration, held in ((1, None), (2, finals)):
+        folder = iteration_dir(out, iteration)
+        folder.mkdir(parents=True)
+        (folder / "state.pt").write_bytes(b"")
+        (folder / "metrics.json").write_bytes(orjson.dumps(_row(iteration, seed, held)))
+    return out
+
+
+def test_runs_are_pooled_by_iteration(tmp_path: Path) -> None:
+    dirs = [_run(tmp_path, 0, "/base", 4), _run(tmp_path, 1, "/base", 6)]
+    result = rl_loop.from_runs(dirs, "python bench/rl_loop.py --runs ...")
+    start, final = result["outcome"]["curve"]
+    assert (start["iteration"], start["success"], start["n"]) == (0, 0.3, 10)
+    assert (final["iteration"], final["episodes"], final["success"]) == (2, 16, 0.5)
+    assert final["success_by_seed"] == [0.4, 0.6] and final["seeds"] == 2
+    first = result["signal_by_iteration"][0]
+    assert (first["iteration"], first["zero_variance_groups"], first["entropy"]) == (1, 0.25, 0.2)
+    assert result["seeds"] == [0, 1] and result["outcome"]["correlation_min"] == 1.0
+
+
+def test_runs_of_another_base_are_refused(tmp_path: Path) -> None:
+    dirs = [_run(tmp_path, 0, "/base", 4), _run(tmp_path, 1, "/other", 6)]
+    with pytest.raises(SystemExit, match="differ in base or settings"):
+        rl_loop.from_runs(dirs, "")
