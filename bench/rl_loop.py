@@ -353,8 +353,9 @@ def resummarize(path: Path, command: str) -> dict[str, Any]:
 SIGNAL = ("reward", "zero_variance_groups", "advantage_tokens", "entropy", "kl", "clipped")
 
 
-def from_runs(dirs: list[Path], command: str) -> dict[str, Any]:
-    """An outcome arm summarised from `train rl` runs of one base and one setting."""
+def from_runs(dirs: list[Path], command: str, *, probe_kl: bool = True) -> dict[str, Any]:
+    """An outcome arm summarised from `train rl` runs of one base and one setting (with
+    `probe_kl`, where the first run's iteration-1 KL sits: `kl_tail`)."""
     from trajforge.train.rl.checkpoints import read_run, rebuild_log
 
     runs = [read_run(d) for d in dirs]
@@ -380,7 +381,90 @@ def from_runs(dirs: list[Path], command: str) -> dict[str, Any]:
         "sft": {k: runs[0]["initial"][k] for k in ("rate", "ci", "n", "successes")},
         "outcome": summarize(rows, runs[0]["initial"], per_iteration),
         "signal_by_iteration": signal(rows),
+        "kl_tail_iteration_1": kl_tail(dirs[0], Path(runs[0]["base"])) if probe_kl else None,
     }
+
+
+def kl_tail(run: Path, base: Path, iteration: int = 1, worst: int = 12) -> dict[str, Any]:
+    """Where an iteration's KL to the start sits: the iteration's rollouts (from the run's
+    store, advantages recomputed as the loop does for outcome rewards) scored under the
+    start and under the iteration's checkpoint, per model token."""
+    import math
+    from collections import defaultdict
+
+    import torch
+
+    from trajforge.export.rl import rl_samples
+    from trajforge.store import Store
+    from trajforge.train.rl.checkpoints import iteration_dir
+    from trajforge.train.rl.grpo import from_sample, group_advantages, passes, token_logprobs
+
+    with Store(run / "rollouts.db") as store:
+        mine = [t for t in store.query() if t.source.run.startswith(f"it{iteration:04d}-")]
+    groups: dict[str, list] = defaultdict(list)
+    for traj in mine:
+        groups[traj.source.run.rsplit("-", 1)[0]].append(traj)
+    sequences = []
+    for group, members in groups.items():
+        samples = [list(rl_samples(t)) for t in members]
+        rewards = [s[0]["reward"] if s else 0.0 for s in samples]
+        for parts, value in zip(samples, group_advantages({group: rewards})[group], strict=True):
+            for sample in parts:
+                seq = from_sample(sample, group, sample["reward"])
+                seq.advantages = [value if m else 0.0 for m in seq.mask]
+                sequences.append(seq)
+    start, after = Student(base), Student(iteration_dir(run, iteration))
+    tokens = []
+    with torch.no_grad():
+        for batch in passes(sequences):
+            ref = token_logprobs(start.model, batch, start.codec.pad_id)
+            new = token_logprobs(after.model, batch, start.codec.pad_id)
+            for row, seq in enumerate(batch):
+                for t in (t for t, m in enumerate(seq.mask) if m):
+                    delta = float(ref[row, t] - new[row, t])
+                    k3 = math.exp(delta) - delta - 1
+                    tokens.append((k3, float(ref[row, t]), float(new[row, t]), seq, t))
+    tokens.sort(key=lambda x: x[0], reverse=True)
+    total = sum(k for k, *_ in tokens) or 1.0
+    heavy = [x for x in tokens if x[0] > 10]
+    return {
+        "iteration": iteration,
+        "episodes": len(mine),
+        "sequences": len(sequences),
+        "model_tokens": len(tokens),
+        "advantage_mass_positive": round(
+            sum(a for s in sequences for a in s.advantages if a > 0), 1
+        ),
+        "advantage_mass_negative": round(
+            sum(a for s in sequences for a in s.advantages if a < 0), 1
+        ),
+        "mean_k3": round(total / max(1, len(tokens)), 3),
+        "top_1_percent_share": round(sum(k for k, *_ in tokens[: len(tokens) // 100]) / total, 4),
+        "tokens_k3_over_10": len(heavy),
+        "their_advantage_sign": {
+            sign: sum(1 for *_, seq, t in heavy if test(seq.advantages[t]))
+            for sign, test in (
+                ("+", lambda a: a > 0),
+                ("-", lambda a: a < 0),
+                ("0", lambda a: a == 0),
+            )
+        },
+        "worst": [
+            {
+                "token": _text(start.codec, seq.ids[t]),
+                "after": _text(start.codec, seq.ids[t - 1]),
+                "logprob_start": round(ref, 3),
+                "logprob_after": round(new, 3),
+                "advantage": round(seq.advantages[t], 3),
+            }
+            for _, ref, new, seq, t in tokens[:worst]
+        ],
+    }
+
+
+def _text(codec: Any, token: int) -> str:
+    inverse = getattr(codec, "inverse", None)
+    return inverse.get(token, "?") if inverse is not None else codec.tokenizer.decode([token])
 
 
 def signal(runs: list[list[dict]]) -> list[dict[str, Any]]:
@@ -407,6 +491,13 @@ def runs_table(result: dict[str, Any]) -> str:
         cells = "".join(f"{row.get(k, float('nan')):>22.4f}" for k in SIGNAL)
         lines.append(f"{row['iteration']:>6}{cells}")
     lines.append(f"correlation min {result['outcome']['correlation_min']:.6f}")
+    tail = result["kl_tail_iteration_1"]
+    if tail is None:
+        return "\n".join(lines)
+    lines.append(
+        f"iteration 1 KL: mean k3 {tail['mean_k3']}, top 1% of tokens {tail['top_1_percent_share']}"
+        f", advantage mass +{tail['advantage_mass_positive']} / {tail['advantage_mass_negative']}"
+    )
     return "\n".join(lines)
 
 

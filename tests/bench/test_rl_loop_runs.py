@@ -44,7 +44,7 @@ def _run(root: Path, seed: int, base: str, finals: int) -> Path:
 
 def test_runs_are_pooled_by_iteration(tmp_path: Path) -> None:
     dirs = [_run(tmp_path, 0, "/base", 4), _run(tmp_path, 1, "/base", 6)]
-    result = rl_loop.from_runs(dirs, "python bench/rl_loop.py --runs ...")
+    result = rl_loop.from_runs(dirs, "python bench/rl_loop.py --runs ...", probe_kl=False)
     start, final = result["outcome"]["curve"]
     assert (start["iteration"], start["success"], start["n"]) == (0, 0.3, 10)
     assert (final["iteration"], final["episodes"], final["success"]) == (2, 16, 0.5)
@@ -57,4 +57,4 @@ def test_runs_are_pooled_by_iteration(tmp_path: Path) -> None:
 def test_runs_of_another_base_are_refused(tmp_path: Path) -> None:
     dirs = [_run(tmp_path, 0, "/base", 4), _run(tmp_path, 1, "/other", 6)]
     with pytest.raises(SystemExit, match="differ in base or settings"):
-        rl_loop.from_runs(dirs, "")
+        rl_loop.from_runs(dirs, "", probe_kl=False)
