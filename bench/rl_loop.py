@@ -27,7 +27,8 @@
 `--runs DIR,DIR,...` summarises `train rl` run directories made elsewhere (one seed each,
 same base and settings) as an outcome arm, without training: the start's held-out success,
 the curve, and per iteration what the update had to learn from (groups with equal rewards,
-tokens with a non-zero advantage, entropy, KL, clipped share).
+tokens with a non-zero advantage, entropy, KL, clipped share), and where the first run's
+iteration-1 KL sits (its rollouts rescored under the start and the checkpoint).
 
 The JSON result records the command, every setting and every iteration row. `--quick` is a
 smoke run (a small student, two iterations, few worlds): its numbers mean nothing.
