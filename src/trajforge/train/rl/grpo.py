@@ -213,5 +213,5 @@ def _minibatch_loss(model, reference, batch, pad_id, clip, kl_coef) -> dict[str,
     loss = ((per_token * mask).sum(1) / counts).mean()
     kl = ((k3 * mask).sum(1) / counts).mean().detach()
     clipped = (((ratio - 1).abs() > clip).float() * mask).sum() / mask.sum().clamp(min=1)
-    spread = ((entropy * mask).sum(1) / counts).mean()
-    return {"loss": loss, "kl": kl, "clipped": clipped.detach(), "entropy": spread}
+    mean_entropy = ((entropy * mask).sum(1) / counts).mean()
+    return {"loss": loss, "kl": kl, "clipped": clipped.detach(), "entropy": mean_entropy}

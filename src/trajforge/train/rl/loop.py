@@ -49,8 +49,9 @@ from trajforge.train.rl.rollouts import Episode, RolloutService
 
 Report = Callable[[dict[str, Any]], None]
 EpisodeDone = Callable[[int, int, int], None]
-HeldOutDone = Callable[[int, int], None]
 """Called as each rollout ends: (iteration, episodes finished, episodes in the iteration)."""
+HeldOutDone = Callable[[int, int], None]
+"""Called as a held-out evaluation starts and as each of its episodes ends: (done, total)."""
 
 
 class RLError(UserError):
