@@ -369,6 +369,8 @@ def from_runs(dirs: list[Path], command: str, *, probe_kl: bool = True) -> dict[
         raise SystemExit(f"--runs: {dirs} differ in base or settings (other than the seed)")
     if any(r["initial"] != runs[0]["initial"] for r in runs) or runs[0]["initial"] is None:
         raise SystemExit("--runs: each run must have evaluated the same start (--eval-every)")
+    if probe_kl and runs[0]["config"]["reward"] != "outcome":
+        raise SystemExit("--runs: the KL probe recomputes outcome advantages; these are not")
     rows = [rebuild_log(d) for d in dirs]
     config = runs[0]["config"]
     per_iteration = config["tasks_per_iteration"] * config["group_size"]
@@ -390,65 +392,28 @@ def kl_tail(run: Path, base: Path, iteration: int = 1, worst: int = 12) -> dict[
     """Where an iteration's KL to the start sits: the iteration's rollouts (from the run's
     store, advantages recomputed as the loop does for outcome rewards) scored under the
     start and under the iteration's checkpoint, per model token."""
-    import math
-    from collections import defaultdict
-
-    import torch
-
-    from trajforge.export.rl import rl_samples
-    from trajforge.store import Store
     from trajforge.train.rl.checkpoints import iteration_dir
-    from trajforge.train.rl.grpo import from_sample, group_advantages, passes, token_logprobs
 
-    with Store(run / "rollouts.db") as store:
-        mine = [t for t in store.query() if t.source.run.startswith(f"it{iteration:04d}-")]
-    groups: dict[str, list] = defaultdict(list)
-    for traj in mine:
-        groups[traj.source.run.rsplit("-", 1)[0]].append(traj)
-    sequences = []
-    for group, members in groups.items():
-        samples = [list(rl_samples(t)) for t in members]
-        rewards = [s[0]["reward"] if s else 0.0 for s in samples]
-        for parts, value in zip(samples, group_advantages({group: rewards})[group], strict=True):
-            for sample in parts:
-                seq = from_sample(sample, group, sample["reward"])
-                seq.advantages = [value if m else 0.0 for m in seq.mask]
-                sequences.append(seq)
-    start, after = Student(base), Student(iteration_dir(run, iteration))
-    tokens = []
-    with torch.no_grad():
-        for batch in passes(sequences):
-            ref = token_logprobs(start.model, batch, start.codec.pad_id)
-            new = token_logprobs(after.model, batch, start.codec.pad_id)
-            for row, seq in enumerate(batch):
-                for t in (t for t, m in enumerate(seq.mask) if m):
-                    delta = float(ref[row, t] - new[row, t])
-                    k3 = math.exp(delta) - delta - 1
-                    tokens.append((k3, float(ref[row, t]), float(new[row, t]), seq, t))
-    tokens.sort(key=lambda x: x[0], reverse=True)
+    episodes, sequences = _outcome_sequences(run, iteration)
+    start = Student(base)
+    tokens = _token_kl(start, Student(iteration_dir(run, iteration)), sequences)
     total = sum(k for k, *_ in tokens) or 1.0
     heavy = [x for x in tokens if x[0] > 10]
+    mass = [a for s in sequences for a in s.advantages]
+    signs = {"+": lambda a: a > 0, "-": lambda a: a < 0, "0": lambda a: a == 0}
     return {
         "iteration": iteration,
-        "episodes": len(mine),
+        "episodes": episodes,
         "sequences": len(sequences),
         "model_tokens": len(tokens),
-        "advantage_mass_positive": round(
-            sum(a for s in sequences for a in s.advantages if a > 0), 1
-        ),
-        "advantage_mass_negative": round(
-            sum(a for s in sequences for a in s.advantages if a < 0), 1
-        ),
+        "advantage_mass_positive": round(sum(a for a in mass if a > 0), 1),
+        "advantage_mass_negative": round(sum(a for a in mass if a < 0), 1),
         "mean_k3": round(total / max(1, len(tokens)), 3),
         "top_1_percent_share": round(sum(k for k, *_ in tokens[: len(tokens) // 100]) / total, 4),
         "tokens_k3_over_10": len(heavy),
         "their_advantage_sign": {
             sign: sum(1 for *_, seq, t in heavy if test(seq.advantages[t]))
-            for sign, test in (
-                ("+", lambda a: a > 0),
-                ("-", lambda a: a < 0),
-                ("0", lambda a: a == 0),
-            )
+            for sign, test in signs.items()
         },
         "worst": [
             {
@@ -461,6 +426,53 @@ def kl_tail(run: Path, base: Path, iteration: int = 1, worst: int = 12) -> dict[
             for _, ref, new, seq, t in tokens[:worst]
         ],
     }
+
+
+def _outcome_sequences(run: Path, iteration: int) -> tuple[int, list]:
+    """The iteration's recorded episodes as training sequences with group-normalised outcome
+    advantages (groups: the session name less its sample index)."""
+    from collections import defaultdict
+
+    from trajforge.export.rl import rl_samples
+    from trajforge.store import Store
+    from trajforge.train.rl.grpo import from_sample, group_advantages
+
+    with Store(run / "rollouts.db") as store:
+        mine = [t for t in store.query() if t.source.run.startswith(f"it{iteration:04d}-")]
+    groups: dict[str, list] = defaultdict(list)
+    for traj in mine:
+        groups[traj.source.run.rsplit("-", 1)[0]].append(list(rl_samples(traj)))
+    sequences = []
+    for group, members in groups.items():
+        rewards = [(parts[0]["reward"] or 0.0) if parts else 0.0 for parts in members]
+        for parts, value in zip(members, group_advantages({group: rewards})[group], strict=True):
+            for sample in parts:
+                seq = from_sample(sample, group, sample["reward"] or 0.0)
+                seq.advantages = [value if m else 0.0 for m in seq.mask]
+                sequences.append(seq)
+    return len(mine), sequences
+
+
+def _token_kl(start: Student, after: Student, sequences: list) -> list[tuple]:
+    """(k3, logprob at the start, logprob after, sequence, position) of every model token,
+    largest k3 first."""
+    import math
+
+    import torch
+
+    from trajforge.train.rl.grpo import passes, token_logprobs
+
+    tokens = []
+    with torch.no_grad():
+        for batch in passes(sequences):
+            ref = token_logprobs(start.model, batch, start.codec.pad_id)
+            new = token_logprobs(after.model, batch, start.codec.pad_id)
+            for row, seq in enumerate(batch):
+                for t in (t for t, m in enumerate(seq.mask) if m):
+                    before, later = float(ref[row, t]), float(new[row, t])
+                    delta = before - later
+                    tokens.append((math.exp(delta) - delta - 1, before, later, seq, t))
+    return sorted(tokens, key=lambda x: x[0], reverse=True)
 
 
 def _text(codec: Any, token: int) -> str:
