@@ -390,8 +390,8 @@ def from_runs(dirs: list[Path], command: str, *, probe_kl: bool = True) -> dict[
 
 def kl_tail(run: Path, base: Path, iteration: int = 1, worst: int = 12) -> dict[str, Any]:
     """Where an iteration's KL to the start sits: the iteration's rollouts (from the run's
-    store, advantages recomputed as the loop does for outcome rewards) scored under the
-    start and under the iteration's checkpoint, per model token."""
+    store, with the loop's outcome advantages) scored under the start and under the
+    iteration's checkpoint, per model token."""
     from trajforge.train.rl.checkpoints import iteration_dir
 
     episodes, sequences = _outcome_sequences(run, iteration)
@@ -429,28 +429,20 @@ def kl_tail(run: Path, base: Path, iteration: int = 1, worst: int = 12) -> dict[
 
 
 def _outcome_sequences(run: Path, iteration: int) -> tuple[int, list]:
-    """The iteration's recorded episodes as training sequences with group-normalised outcome
-    advantages (groups: the session name less its sample index)."""
-    from collections import defaultdict
-
+    """The iteration's recorded episodes as the loop's training sequences, outcome advantages
+    (groups: the session name less its sample index)."""
     from trajforge.export.rl import rl_samples
     from trajforge.store import Store
-    from trajforge.train.rl.grpo import from_sample, group_advantages
+    from trajforge.train.rl.advantages import training_sequences
+    from trajforge.train.rl.rollouts import Episode
 
     with Store(run / "rollouts.db") as store:
         mine = [t for t in store.query() if t.source.run.startswith(f"it{iteration:04d}-")]
-    groups: dict[str, list] = defaultdict(list)
-    for traj in mine:
-        groups[traj.source.run.rsplit("-", 1)[0]].append(list(rl_samples(traj)))
-    sequences = []
-    for group, members in groups.items():
-        rewards = [(parts[0]["reward"] or 0.0) if parts else 0.0 for parts in members]
-        for parts, value in zip(members, group_advantages({group: rewards})[group], strict=True):
-            for sample in parts:
-                seq = from_sample(sample, group, sample["reward"] or 0.0)
-                seq.advantages = [value if m else 0.0 for m in seq.mask]
-                sequences.append(seq)
-    return len(mine), sequences
+    episodes = [
+        Episode(t.source.run, t.source.run.rsplit("-", 1)[0], t, t, list(rl_samples(t)))
+        for t in mine
+    ]
+    return len(mine), training_sequences(episodes, RLConfig(reward="outcome"))
 
 
 def _token_kl(start: Student, after: Student, sequences: list) -> list[tuple]:
