@@ -177,3 +177,25 @@ def test_rft_with_an_unreachable_policy_keeps_nothing_and_says_why(tmp_path: Pat
                         code=1)  # fmt: skip
     assert "all 2 sampled rollouts" in error_line(result)
     assert not (tmp_path / "rft" / "train.jsonl").exists()
+
+
+def test_rl_advantages_leave_model_errors_out_of_the_group_baseline() -> None:
+    from trajforge.train.rl.advantages import advantage_signal, training_sequences
+    from trajforge.train.rl.config import RLConfig
+    from trajforge.train.rl.loop import _judged_means
+    from trajforge.train.rl.rollouts import Episode
+
+    sample = {"prompt_ids": [1], "completion_ids": [2, 3], "loss_mask": [1, 1],
+              "logprobs": [-0.1, -0.2], "reward": 0.0, "call_ids": ["c"]}  # fmt: skip
+    episodes = [
+        Episode("s1", "g", _run("success"), None, [dict(sample)]),
+        Episode("s2", "g", _run("failure"), None, [dict(sample)]),
+        Episode("s3", "g", _run("model_error"), None),
+    ]
+    won, lost = training_sequences(episodes, RLConfig(reward="outcome"))
+    # a group of one success and one failure: +1 and -1 (with the model error as a third
+    # member counted as a failure they would be +1.41 and -0.71)
+    assert abs(won.advantages[-1] - 1.0) < 1e-3 and abs(lost.advantages[-1] + 1.0) < 1e-3
+    assert advantage_signal(episodes, [won, lost])["zero_variance_groups"] == 0.0
+    assert _judged_means(episodes) == {"reward": 0.5, "success": 0.5}
+    assert _judged_means(episodes[2:]) == {"reward": None, "success": None}

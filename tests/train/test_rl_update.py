@@ -98,7 +98,7 @@ def test_entropy_at_model_tokens_is_the_whole_distributions() -> None:
 
 def test_advantage_signal_counts_flat_groups_and_moved_tokens() -> None:
     episodes = [
-        SimpleNamespace(group=group, reward=reward)
+        SimpleNamespace(group=group, reward=reward, judged=True)
         for group, reward in [("a", 1.0), ("a", 0.0), ("b", 0.0), ("b", 0.0), ("c", 1.0)]
     ]
     batch = _sequences()

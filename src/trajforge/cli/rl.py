@@ -112,7 +112,7 @@ def _show_row(lines: ProgressLines, row: dict[str, Any]) -> None:
     fields: dict[str, object] = {}
     if "reward" in row:
         fields = {
-            "reward": f"{row['reward']:.3f}",
+            "reward": "—" if row["reward"] is None else f"{row['reward']:.3f}",
             "corr": f"{row['correlation']:.5f}",
             "max|dlogp|": f"{row['max_logprob_diff']:.2e}",
             "kl": f"{row['kl']:.4f}",

@@ -12,9 +12,10 @@ from trajforge.train.rl.rollouts import Episode
 
 
 def training_sequences(episodes: Sequence[Episode], config: RLConfig) -> list[TrainSequence]:
-    """One sequence per RL sample of every episode."""
+    """One sequence per RL sample of every judged episode (a model error is neither a
+    failure in its group's baseline nor a sample)."""
     groups: dict[str, list[Episode]] = {}
-    for episode in episodes:
+    for episode in (e for e in episodes if e.judged):
         groups.setdefault(episode.group, []).append(episode)
     outcome = group_advantages({g: [e.reward for e in eps] for g, eps in groups.items()})
     ordered = [e for eps in groups.values() for e in eps]
@@ -33,7 +34,7 @@ def advantage_signal(episodes: Sequence[Episode], sequences: Sequence[TrainSeque
     """How much of an iteration can teach: the groups whose rewards are all equal (their
     outcome advantage is 0) and the share of model tokens whose advantage is not 0."""
     rewards: dict[str, set[float]] = {}
-    for episode in episodes:
+    for episode in (e for e in episodes if e.judged):
         rewards.setdefault(episode.group, set()).add(round(episode.reward, 8))
     flat = sum(len(values) == 1 for values in rewards.values())
     model = sum(sum(seq.mask) for seq in sequences)

@@ -174,8 +174,7 @@ class _Loop:
         agree = agreement(self.model, sequences, pad)
         row: dict[str, Any] = {
             "iteration": iteration,
-            "reward": round(sum(e.reward for e in episodes) / max(1, len(episodes)), 4),
-            "success": round(sum(bool(e.run.outcome.success) for e in episodes) / len(episodes), 4),
+            **_judged_means(episodes),
             "correlation": round(agree.correlation, 6),
             "max_logprob_diff": round(agree.max_abs_diff, 6),
             "scored_tokens": agree.tokens,
@@ -264,6 +263,18 @@ class _Loop:
         report(0, total)
         finished = itertools.count(1)
         return lambda _: report(next(finished), total)
+
+
+def _judged_means(episodes: list[Episode]) -> dict[str, float | None]:
+    """Mean reward and success over the episodes with an outcome (model errors are counted
+    apart, in `model_error_episodes`); None when no episode has one."""
+    judged = [e for e in episodes if e.judged]
+    if not judged:
+        return {"reward": None, "success": None}
+    return {
+        "reward": round(sum(e.reward for e in judged) / len(judged), 4),
+        "success": round(sum(bool(e.run.outcome.success) for e in judged) / len(judged), 4),
+    }
 
 
 def _compute(episodes: list[Episode], monitoring: bool) -> dict[str, Any]:

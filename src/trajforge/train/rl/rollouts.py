@@ -66,6 +66,11 @@ class Episode:
     samples: list[dict] = field(default_factory=list)
 
     @property
+    def judged(self) -> bool:
+        """False when the server failed the episode (a model error): it has no outcome."""
+        return self.run.outcome.status != "model_error"
+
+    @property
     def reward(self) -> float:
         outcome = self.run.outcome
         if outcome.reward is not None:
@@ -230,9 +235,10 @@ class RolloutService:
                     recorded = store.get(trajectory_id(session))
                 except UserError:
                     recorded = None
-                unjudged = run.outcome.status == "model_error"  # the server failed: no signal
-                samples = [] if recorded is None or unjudged else list(rl_samples(recorded))
-                episodes.append(Episode(session, group, run, recorded, samples))
+                episode = Episode(session, group, run, recorded)
+                if recorded is not None and episode.judged:  # a model error has no signal
+                    episode.samples = list(rl_samples(recorded))
+                episodes.append(episode)
         return episodes
 
 
@@ -278,6 +284,6 @@ def _on_ray(
 def _stats(episodes: list[Episode], seconds: float) -> RolloutStats:
     tokens = sum(sum(s["loss_mask"]) for e in episodes for s in e.samples)
     cuts = sum(max(0, len(e.samples) - 1) for e in episodes)
-    errors = sum(1 for e in episodes if e.run.outcome.status == "model_error")
+    errors = sum(1 for e in episodes if not e.judged)
     missing = sum(1 for e in episodes if not e.samples) - errors
     return RolloutStats(len(episodes), seconds, tokens, cuts, missing, errors)
