@@ -47,6 +47,15 @@ def rl_command(
     early_stop_after: Annotated[
         int, typer.Option("--early-stop-after", help="Monitor stop after N iterations (0: off).")
     ] = 0,
+    strategies: Annotated[
+        int,
+        typer.Option(
+            "--strategies",
+            min=0,
+            help="Strategies in each episode's prompt, from a library the run distils from its "
+            "own rollouts after every iteration (OUT/strategies.db; 0: off).",
+        ),
+    ] = 0,
     seed: Annotated[int, typer.Option("--seed", help="Task draws, sampling, updates.")] = 0,
     resume: Annotated[bool, typer.Option("--resume", help="Continue the run in --out.")] = False,
     as_json: JsonOption = False,
@@ -71,6 +80,7 @@ def rl_command(
             eval_every=eval_every,
             eval_tasks=eval_tasks, concurrency=concurrency, seed=seed,
             early_stop_after=early_stop_after, backend="ray" if backend == "ray" else "local",
+            strategies=strategies,
         )  # fmt: skip
     total = config.iterations if config else RLConfig(**read_run(out)["config"]).iterations
     shown = _RLProgress(total)
@@ -120,6 +130,8 @@ def _show_row(lines: ProgressLines, row: dict[str, Any]) -> None:
             "rollouts": f"{row['episodes_per_s']:.1f} ep/s {row['tokens_per_s']:.0f} tok/s",
             "drift": row["drift_points_dropped"],
         }
+    if "strategies" in row:
+        fields["strategies"] = f"{row['strategies']['library']} in library"
     if "monitor" in row:
         fields["monitor"] = row["monitor"]
     if row.get("monitor_on"):

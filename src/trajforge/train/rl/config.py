@@ -69,5 +69,12 @@ class RLConfig(BaseModel):
     early_stop_loss: float = Field(
         default=0.05, description="Share of successful runs the monitor's threshold may stop."
     )
+    strategies: int = Field(
+        default=0,
+        ge=0,
+        description="Put this many strategies of the run's own library into each episode's "
+        "system prompt; the library is distilled again from the run's rollouts after every "
+        "iteration (see train/rl/strategies.py; 0: off).",
+    )
     seed: int = Field(default=0, description="Seed of task draws, sampling and updates.")
     threads: int | None = Field(default=None, description="torch CPU threads.")

@@ -19,6 +19,7 @@ import itertools
 import random
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -32,13 +33,8 @@ from trajforge.rollout.episode import Limits
 from trajforge.schema import Task, Trajectory
 from trajforge.serve.codec import HFCodec
 from trajforge.serve.student import Student
-from trajforge.train.evaluate import (
-    HELD_OUT_START,
-    fresh_starts,
-    held_out_tasks,
-    rate,
-    run_lockstep,
-)
+from trajforge.train.conditioned import conditioned_starts
+from trajforge.train.evaluate import HELD_OUT_START, held_out_tasks, rate, run_lockstep
 from trajforge.train.rl import checkpoints as ckpt
 from trajforge.train.rl import progress
 from trajforge.train.rl.advantages import advantage_signal, training_sequences
@@ -46,6 +42,7 @@ from trajforge.train.rl.config import RLConfig
 from trajforge.train.rl.early_stop import MONITOR_FILE, stopped, train_monitor
 from trajforge.train.rl.grpo import Agreement, agreement, grpo_update
 from trajforge.train.rl.rollouts import Episode, RolloutService
+from trajforge.train.rl.strategies import RunLibrary
 
 Report = Callable[[dict[str, Any]], None]
 EpisodeDone = Callable[[int, int, int], None]
@@ -124,17 +121,25 @@ class _Loop:
             self.generator.set_state(state["generator"])
         self._heldout: list[Task] | None = None
         self.monitoring = False
+        self.library: RunLibrary | None = None
+        if config.strategies:
+            self.library = RunLibrary(out, config.strategies, config.difficulty)
+            self.library.forget_after(self.first - 1)
         self.on_episode: EpisodeDone | None = None
         self.on_heldout: HeldOutDone | None = None
 
     def run(self) -> None:
         config = self.config
         store = self.out / progress.STORE_FILE
-        with RolloutService(self.start, store, backend=config.backend) as service:
-            for iteration in range(self.first, config.iterations + 1):
-                self.monitor(service, iteration)
-                path = self.iteration(service, iteration)
-                service.reload(path)
+        try:
+            with RolloutService(self.start, store, backend=config.backend) as service:
+                for iteration in range(self.first, config.iterations + 1):
+                    self.monitor(service, iteration)
+                    path = self.iteration(service, iteration)
+                    service.reload(path)
+        finally:
+            if self.library is not None:
+                self.library.close()
 
     def monitor(self, service: RolloutService, iteration: int) -> None:
         """Switch the proxy's failure monitor on once `early_stop_after` iterations are done."""
@@ -155,6 +160,7 @@ class _Loop:
     def iteration(self, service: RolloutService, iteration: int) -> Path:
         config = self.config
         jobs = self.jobs(iteration)
+        guidance, uses = self.guidance([task for _, _, task in jobs])
         episodes, stats = service.run(
             jobs,
             Limits(max_steps=config.max_steps),
@@ -165,7 +171,7 @@ class _Loop:
             ),
             config.concurrency,
             on_episode=self._episode_counter(iteration, len(jobs)),
-            seed=config.seed * 1_000_003 + iteration,
+            seed=config.seed * 1_000_003 + iteration, strategies=guidance,
         )  # fmt: skip
         started = time.perf_counter()
         sequences = training_sequences(episodes, config)
@@ -198,6 +204,9 @@ class _Loop:
             "update_s": round(time.perf_counter() - started, 3),
             "sequences": len(sequences),
         })  # fmt: skip
+        if self.library is not None:
+            learned = self.library.learn(iteration, [e.run for e in episodes])
+            row["strategies"] = {"retrieved": dict(sorted(uses.items())), **learned}
         state = {
             "optimizer": self.optimizer.state_dict(),
             "generator": self.generator.get_state(),
@@ -249,11 +258,23 @@ class _Loop:
         config = self.config
         if self._heldout is None:
             self._heldout = held_out_tasks(HouseholdEnv(), config.eval_tasks, config.difficulty)
+        guidance, _ = self.guidance(self._heldout)
+        starts = conditioned_starts(HouseholdEnv, self._heldout, guidance)
         runs = run_lockstep(
-            Student(path), fresh_starts(HouseholdEnv, self._heldout), config.max_steps,
+            Student(path), starts, config.max_steps,
             max_new_tokens=config.max_new_tokens, on_finished=self._heldout_counter(),
         )  # fmt: skip
-        return rate([bool(r.outcome.success) for r in runs])
+        result = rate([bool(r.outcome.success) for r in runs])
+        if self.library is not None:
+            result["with_strategies"] = sum(bool(texts) for texts in guidance.values())
+        return result
+
+    def guidance(self, tasks: list[Task]) -> tuple[dict[str, list[str]], Counter[str]]:
+        """The strategies of the run's library for each task, and how often each was
+        retrieved (nothing without `config.strategies`)."""
+        if self.library is None:
+            return {}, Counter()
+        return self.library.texts_for(tasks)
 
     def _heldout_counter(self) -> Callable[[Trajectory], None] | None:
         """Counts finished held-out episodes for `on_heldout`, starting with 0 now."""

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -114,11 +114,15 @@ class Rollout(BaseModel):
     task: Task = Field(description="The household task.")
     limits: Limits = Field(description="Episode limits.")
     outcome_url: str = Field(description="Where the episode's outcome is posted.")
+    strategies: list[str] = Field(
+        default_factory=list, description="Strategies at the end of the system prompt."
+    )
 
 
 def roll_out(rollout: Rollout) -> Trajectory:
     """Run one episode of the `llm` policy and post its outcome to the proxy."""
-    policy = LLMPolicy(OpenAICompatibleModel(rollout.model))
+    guidance = {rollout.task.id: rollout.strategies} if rollout.strategies else None
+    policy = LLMPolicy(OpenAICompatibleModel(rollout.model), guidance)
     run = run_episode(HouseholdEnv(), policy, rollout.task, limits=rollout.limits)
     if run.outcome.status != "model_error":  # a run the server failed is not judged
         outcome = {"success": bool(run.outcome.success), "reward": run.outcome.reward}
@@ -195,15 +199,19 @@ class RolloutService:
     def run(
         self, jobs: Sequence[Job], limits: Limits, model: OpenAIModelConfig, concurrency: int,
         on_episode: Callable[[Trajectory], None] | None = None, seed: int | None = None,
+        strategies: Mapping[str, list[str]] | None = None,
     ) -> tuple[list[Episode], RolloutStats]:  # fmt: skip
         """Run each (session, group, task) once; returns episodes in job order.
         `on_episode` is called with each run as it ends (from worker threads, or as its Ray
         task returns). With a `seed`, the `index`-th job's requests carry
-        `episode_seed(seed, index)`."""
+        `episode_seed(seed, index)`; `strategies` maps a task id to the strategies its
+        episodes' system prompts end with."""
         started = time.perf_counter()
         rollouts = [
             self._rollout(job, index, limits, model, seed) for index, job in enumerate(jobs)
         ]
+        for rollout in rollouts:
+            rollout.strategies = list((strategies or {}).get(rollout.task.id, []))
         if self.backend == "ray":
             runs = _on_ray(rollouts, concurrency, on_episode)
         else:
