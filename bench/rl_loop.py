@@ -3,7 +3,8 @@
     python bench/rl_loop.py [--quick] [--base CKPT] [--seeds 3] [--iterations 20] [--tasks 8]
                             [--group 8] [--test-worlds 300] [--eval-every 5]
                             [--handoff-worlds 200] [--early-stop-after N] [--lr 1e-4]
-                            [--base CKPT] [--out bench/results/rl_loop.json]
+                            [--outcome-runs DIR,DIR,...] [--work DIR]
+                            [--out bench/results/rl_loop.json]
 
 1. The SFT starting point: `--base` (a `train sft` checkpoint), or the learning lab's E
    student trained here (the observable teacher's successes on 400 difficulty-1 worlds;
@@ -23,6 +24,11 @@
    the failure monitor flags once it has been fitted on the first `--early-stop-after`
    iterations' rollouts; episode-steps and reward per episode-step against the outcome arm
    on the same seeds and iterations (the same training tasks are drawn).
+
+Runs already in `--work` with the same base and settings are continued, not started again
+(a killed bench picks up where it stopped; other settings there are refused), and
+`--outcome-runs DIR,DIR,...` takes finished outcome runs of the same settings (seed 0, 1,
+...) made elsewhere instead of training them.
 
 `--runs DIR,DIR,...` summarises `train rl` run directories made elsewhere (one seed each,
 same base and settings) as an outcome arm, without training: the start's held-out success,
@@ -61,7 +67,11 @@ EARLY = "outcome_early_stop"
 
 
 def train_base(work: Path, worlds: int, sft: SFTConfig) -> Path:
-    """The learning lab's E student: SFT on the observable teacher's successes."""
+    """The learning lab's E student: SFT on the observable teacher's successes (kept in
+    `work/sft`, and taken from there when an earlier run of the bench trained it)."""
+    out = work / "sft"
+    if (out / "trajforge.json").is_file():
+        return out
     rows = []
     for seed in range(worlds):
         run = run_episode(
@@ -69,7 +79,6 @@ def train_base(work: Path, worlds: int, sft: SFTConfig) -> Path:
         )
         if run.outcome.success:
             rows += household_rows(run)
-    out = work / "sft"
     tasks = sorted({r["task_id"] for r in rows})
     train_sft(
         sequences(rows),
@@ -126,17 +135,39 @@ def episodes_to_reach(points: list[dict], target: float) -> int | None:
     return next((p["episodes"] for p in points if p["iteration"] and p["success"] >= target), None)
 
 
-def run_kind(kind: str, base: Path, work: Path, seeds: int, config: RLConfig) -> dict[str, Any]:
-    runs = []
+def run_kind(
+    kind: str, base: Path, work: Path, seeds: int, config: RLConfig, given: list[Path] = ()
+) -> dict[str, Any]:
+    """Each seed's run of an arm: trained in `work/KIND-seedN`, continued there if a killed
+    bench left it, or taken from `given` (finished runs of the same settings, by seed)."""
+    runs, dirs = [], []
     for seed in range(seeds):
-        out = work / f"{kind}-seed{seed}"
+        out = given[seed] if seed < len(given) else work / f"{kind}-seed{seed}"
         reward = kind if kind in KINDS else config.reward
         settings = config.model_copy(update={"seed": seed, "reward": reward})
-        runs.append(
-            train_rl(base, out, settings, report=lambda row, k=kind, s=seed: _show(k, s, row))
-        )
+        report = lambda row, k=kind, s=seed: _show(k, s, row)  # noqa: E731
+        if (out / "rl.json").is_file():
+            same_run(out, base, settings)
+            runs.append(train_rl(None, out, None, resume=True, report=report))
+        else:
+            runs.append(train_rl(base, out, settings, report=report))
+        dirs.append(out)
         print(f"{kind} seed {seed} done", file=sys.stderr, flush=True)
-    return {"rows": runs}
+    return {"rows": runs, "dirs": dirs}
+
+
+def same_run(out: Path, base: Path, settings: RLConfig) -> None:
+    """Refuse to continue or reuse a run made from another base or with other settings
+    (torch threads aside)."""
+    from trajforge.train.rl.checkpoints import read_run
+
+    run = read_run(out)
+    wanted = settings.model_dump(exclude={"threads"})
+    found = {k: v for k, v in run["config"].items() if k != "threads"}
+    if Path(run["base"]) != base or found != wanted:
+        differ = sorted(k for k in wanted if found.get(k) != wanted[k])
+        raise SystemExit(f"{out}: another base or other settings ({differ or 'base'}); "
+                         "move it away or pick another --work")  # fmt: skip
 
 
 def _show(kind: str, seed: int, row: dict) -> None:
@@ -223,6 +254,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--runs", help="Only summarise these train rl run directories (comma-separated)."
     )
+    parser.add_argument(
+        "--outcome-runs",
+        default="",
+        help="Finished outcome runs of these settings (seed 0, 1, ...) to use, not train.",
+    )
     args = parser.parse_args(argv)
     if args.quick:
         args.seeds, args.iterations, args.tasks, args.group = 1, 2, 2, 4
@@ -233,8 +269,6 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    import shutil
-
     import torch
 
     torch.set_num_threads(1)
@@ -253,8 +287,7 @@ def main(argv: list[str] | None = None) -> int:
         print(table(result), flush=True)
         return 0
     started = time.perf_counter()
-    shutil.rmtree(args.work, ignore_errors=True)
-    args.work.mkdir(parents=True)
+    args.work.mkdir(parents=True, exist_ok=True)
     base = args.base
     if base is None:
         sft = SFTConfig(threads=1, save_every=10_000)
@@ -271,17 +304,18 @@ def main(argv: list[str] | None = None) -> int:
         concurrency=32,
     )  # fmt: skip
     per_iteration = args.tasks * args.group
-    kinds = {}
+    kinds, dirs = {}, {}
+    given = {"outcome": [Path(p) for p in args.outcome_runs.split(",") if p]}
     for kind in KINDS:
-        runs = run_kind(kind, base, args.work, args.seeds, config)["rows"]
-        kinds[kind] = summarize(runs, sft_success, per_iteration)
+        made = run_kind(kind, base, args.work, args.seeds, config, given.get(kind, []))
+        kinds[kind], dirs[kind] = summarize(made["rows"], sft_success, per_iteration), made["dirs"]
     after = args.early_stop_after or max(1, args.iterations // 4)
     stop_config = config.model_copy(update={"early_stop_after": after})
     stopping = run_kind(EARLY, base, args.work, args.early_stop_seeds, stop_config)["rows"]
     kinds[EARLY] = summarize(stopping, sft_success, per_iteration)
     checkpoints = {"sft": base}
     for kind in args.handoff_kinds.split(","):
-        checkpoints[f"rl-{kind}"] = args.work / f"{kind}-seed0" / f"iter-{args.iterations:04d}"
+        checkpoints[f"rl-{kind}"] = dirs[kind][0] / f"iter-{args.iterations:04d}"
     handoff = handoff_matrix(checkpoints, args.handoff_worlds)
     target = kinds["outcome"]["success"]
     result = {
