@@ -8,12 +8,15 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import pytest
 
 from trajforge.demo import sample_dir
+from trajforge.errors import UserError
+from trajforge.schema import Task, Trajectory
 from trajforge.store import Store
 from trajforge.store.migrations import MIGRATIONS
 
@@ -214,3 +217,70 @@ def test_a_full_disk_during_an_import_names_it_and_keeps_the_store(
         assert store.db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
         store.db.execute("PRAGMA max_page_count = 1073741823")
         assert import_paths(store, [str(big)]).added > 0  # usable once there is room
+
+
+def test_opening_while_another_connection_checkpoints_is_not_a_truncated_file(
+    tmp_path: Path,
+) -> None:
+    """A checkpoint writes the header's new page count before the pages past the old end:
+    a store opened meanwhile is growing, not truncated."""
+    path = tmp_path / "busy.db"
+    writer = Store(path)
+    writer.db.execute("PRAGMA wal_autocheckpoint=1")  # every commit copies the log back
+    runs = [Trajectory(task=Task(id=f"t{i}"), messages=[]) for i in range(8)]
+    stop, errors = threading.Event(), []
+
+    def write() -> None:
+        count = 0
+        while not stop.is_set():
+            run = runs[count % 8].model_copy(
+                update={"id": f"r{count}", "metadata": {"pad": "x" * 20_000}}
+            )
+            with writer.transaction():
+                writer.add(run)
+            count += 1
+
+    thread = threading.Thread(target=write)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 4
+        while time.monotonic() < deadline and not errors:
+            try:
+                Store(path).close()
+            except UserError as exc:
+                errors.append(str(exc))
+    finally:
+        stop.set()
+        thread.join()
+        writer.close()
+    assert errors == []
+
+
+SWITCH_TO_DELETE = """
+import sqlite3, sys
+db = sqlite3.connect(sys.argv[1], isolation_level=None)
+db.execute("PRAGMA busy_timeout=0")
+try:
+    print(db.execute("PRAGMA journal_mode=delete").fetchone()[0])
+except sqlite3.OperationalError as exc:
+    print("refused:", exc)
+"""
+
+
+def test_a_second_store_on_an_open_file_keeps_the_first_ones_locks(tmp_path: Path) -> None:
+    """Reading the file with a handle of our own would drop this process's SQLite locks on
+    it when closed: another process could then take the file over from the open store."""
+    path = tmp_path / "held.db"
+    first = Store(path)
+    first.count()
+    second = Store(path)
+    try:
+        switched = subprocess.run(
+            [sys.executable, "-c", SWITCH_TO_DELETE, str(path)],
+            capture_output=True, text=True, timeout=60, check=True,
+        ).stdout.strip()  # fmt: skip
+        assert first.db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert switched != "delete"  # the open store's lock refused the other process
+    finally:
+        second.close()
+        first.close()

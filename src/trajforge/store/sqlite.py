@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import time
+import weakref
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -17,7 +18,13 @@ from trajforge.errors import UserError
 from trajforge.schema import FORMAT_VERSION, Outcome, OutcomeStatus, Trajectory, outcome_status
 from trajforge.store.filters import TrajectoryFilter
 from trajforge.store.migrations import migrate
-from trajforge.store.opening import check_is_trajforge, check_store_path, open_store
+from trajforge.store.opening import (
+    check_is_trajforge,
+    check_store_path,
+    hold,
+    open_store,
+    release,
+)
 from trajforge.store.search_text import RunSearchText, run_search_text
 
 DEFAULT_DB = "trajforge.db"
@@ -182,6 +189,12 @@ class Store:
         if str(self.path) != ":memory:":
             check_store_path(self.path)
         self.db = open_store(self.path, _prepare, BUSY_TIMEOUT_MS / 1000)
+        self._release = (
+            weakref.finalize(self, release, hold(self.path))
+            if str(self.path) != ":memory:"
+            else None
+        )
+        """Counts the file as open in this process until closed (or collected)."""
         self._depth = 0
         self._savepoints: list[_PendingMark] = []
         """Where the held-back rows stood when each open savepoint began."""
@@ -194,6 +207,8 @@ class Store:
 
     def close(self) -> None:
         self.db.close()
+        if self._release is not None:
+            self._release()
 
     def __enter__(self) -> Store:
         return self
