@@ -163,7 +163,7 @@ def same_run(out: Path, base: Path, settings: RLConfig) -> None:
 
     run = read_run(out)
     wanted = settings.model_dump(exclude={"threads"})
-    found = {k: v for k, v in run["config"].items() if k != "threads"}
+    found = RLConfig(**run["config"]).model_dump(exclude={"threads"})  # defaults filled in
     if Path(run["base"]) != base or found != wanted:
         differ = sorted(k for k in wanted if found.get(k) != wanted[k])
         raise SystemExit(f"{out}: another base or other settings ({differ or 'base'}); "
