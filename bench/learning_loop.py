@@ -59,6 +59,7 @@ from __future__ import annotations
 import argparse
 import fcntl
 import hashlib
+import itertools
 import random
 import statistics
 import sys
@@ -85,6 +86,7 @@ from trajforge.generate.recovery import (
     household_rows,
     recovery_rows,
 )
+from trajforge.progress import ProgressLines
 from trajforge.rollout.episode import Limits, run_episode
 from trajforge.schema import Trajectory
 from trajforge.serve.precision import cpu_has_bf16
@@ -162,8 +164,16 @@ def _student(config: LabConfig, checkpoint: Path) -> Student:
     return Student(checkpoint, bf16=config.bf16)
 
 
-def _lockstep(student: Student, starts, config: LabConfig) -> list:
-    return run_lockstep(student, starts, config.max_steps, max_new_tokens=config.max_new_tokens)
+def _lockstep(student: Student, starts, config: LabConfig, label: str = "") -> list:
+    """Every start played to its end in lock-step; with a `label`, throttled progress lines
+    (a pretrained student plays a few hundred episodes in an hour)."""
+    shown = ProgressLines(label, len(starts), "episode") if label else None
+    finished = itertools.count(1)
+    on_finished = (lambda _: shown.update(next(finished))) if shown else None
+    return run_lockstep(
+        student, starts, config.max_steps,
+        max_new_tokens=config.max_new_tokens, on_finished=on_finished,
+    )  # fmt: skip
 
 
 class Lab:
@@ -275,7 +285,12 @@ class Lab:
         if not (out / "trajforge.json").is_file():  # written last: the teacher is trained
             train_rows(config, rows, out, "guided-teacher", 0, config.teacher_steps)
         student = _student(config, out)
-        runs = _lockstep(student, fresh_starts(HouseholdEnv, self.tasks), config)
+        runs = _lockstep(
+            student,
+            fresh_starts(HouseholdEnv, self.tasks),
+            config,
+            "guided teacher: training worlds",
+        )
         failures = [t.with_id() for t in runs if not t.outcome.success]
         searched = failures[: config.teacher_failures]
         recovery = GuidedRecovery(
@@ -524,7 +539,7 @@ def _evaluate(lab: Lab, checkpoint: Path) -> dict[str, Any]:
     check_held_out([t.id for t in tests + recovery_tasks], trained_on)
     plain = fresh_starts(HouseholdEnv, tests)
     starts = recovery_starts(HouseholdEnv, recovery_tasks, ObservableTeacher(), seed=7)
-    both = _lockstep(student, plain + starts[: config.recovery_states], config)
+    both = _lockstep(student, plain + starts[: config.recovery_states], config, "evaluation")
     runs, recovered = both[: len(plain)], both[len(plain) :]  # one lock-step, fewer rounds
     return {
         "success": [bool(t.outcome.success) for t in runs],
