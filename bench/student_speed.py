@@ -26,6 +26,13 @@ generation cases.
 Goals (from the issue): training >= 1,000 tokens/s (bf16, LoRA or full) and batched
 generation >= 300 new tokens/s at batch 16 with prefix reuse. The load average is recorded:
 on a shared machine every figure is lower than on a quiet one.
+
+`--profile` says why a goal is or is not in reach. For the lab's training case (LoRA, bf16
+autocast, whole rows) and the fastest generation case (batch 16, prefix reuse, bf16 weights),
+`torch.profiler` over one step gives the share of time in matrix products and the operators
+that take the most; and the bound: the model's matrix-product FLOPs per token (2 per weight
+forward; training adds 2 more for the activations' gradients, LoRA's own weights aside)
+over the rate this CPU reaches on the model's own product shapes in bf16 (timed here).
 """
 
 from __future__ import annotations
@@ -213,6 +220,124 @@ def _ratios(train: dict) -> dict[str, float]:
     }
 
 
+OP_KINDS = {
+    "weight products": ("aten::mm", "aten::addmm", "aten::bmm", "aten::matmul", "aten::linear"),
+    "attention": ("aten::_scaled_dot_product", "aten::_flash_attention"),
+    "copies and casts": ("aten::copy_", "aten::to", "aten::_to_copy", "aten::clone"),
+}
+"""Operators by kind (by name prefix); the rest is elementwise work, norms, softmax and loss."""
+
+
+def _profiled(work) -> dict[str, Any]:
+    """Run `work()` under torch.profiler: the wall time, the share of self CPU time of each
+    kind of operator (`OP_KINDS`) and the ten operators with the most self CPU time."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    started = time.perf_counter()
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        work()
+    wall = time.perf_counter() - started
+    events = [e for e in prof.key_averages() if e.self_cpu_time_total > 0]
+    total = sum(e.self_cpu_time_total for e in events)
+    shares = {
+        kind: sum(e.self_cpu_time_total for e in events if e.key.startswith(prefixes)) / total
+        for kind, prefixes in OP_KINDS.items()
+    }
+    shares["everything else"] = 1.0 - sum(shares.values())
+    top = sorted(events, key=lambda e: -e.self_cpu_time_total)[:10]
+    del torch
+    return {
+        "wall_s": round(wall, 3),
+        "shares": {kind: round(share, 3) for kind, share in shares.items()},
+        "top_ops": [
+            {"op": e.key, "share": round(e.self_cpu_time_total / total, 3), "calls": e.count}
+            for e in top
+        ],
+    }
+
+
+def _matmul_rate(tokens: int, hidden: int, widths: list[int], repeats: int = 20) -> float:
+    """GFLOP/s of bf16 products of (tokens x hidden) by (hidden x width) for the model's
+    widths, what its forward is made of."""
+    import torch
+
+    flops, seconds = 0.0, 0.0
+    for width in widths:
+        a = torch.randn(tokens, hidden, dtype=torch.bfloat16)
+        b = torch.randn(hidden, width, dtype=torch.bfloat16)
+        a @ b  # warm-up
+        started = time.perf_counter()
+        for _ in range(repeats):
+            a @ b
+        seconds += time.perf_counter() - started
+        flops += 2.0 * tokens * hidden * width * repeats
+    return flops / seconds / 1e9
+
+
+def _product_weights(model) -> tuple[int, list[int]]:
+    """Weights used in matrix products per token (every linear layer and the output head),
+    and the distinct output widths of those layers."""
+    import torch
+
+    linears = [
+        m
+        for name, m in model.named_modules()
+        if isinstance(m, torch.nn.Linear) and "lora_" not in name
+    ]
+    return sum(m.weight.numel() for m in linears), sorted({m.out_features for m in linears})
+
+
+def profile_cases(args, rows) -> dict[str, Any]:
+    """Where the lab's training step and the batch-16 generation step spend their time, and
+    the tokens/s the CPU's measured bf16 product rate allows."""
+    import torch
+
+    from trajforge.envs.household import HouseholdEnv
+    from trajforge.serve.student import Student
+    from trajforge.train import hf_student, sft
+    from trajforge.train.evaluate import held_out_tasks
+
+    config = sft.SFTConfig(model=args.model, batch_size=args.batch, lr=1e-5, warmup=0,
+                           max_context=1024, lora_rank=16, bf16=True)  # fmt: skip
+    model, codec = hf_student.load_base(config)
+    data, _ = _training_data(args, codec, rows, whole=True)
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-5)
+    generator = torch.Generator().manual_seed(0)
+    model.train()
+    sft._step(model, optimizer, data, codec.pad_id, config, generator)  # warm-up
+    held: list[int] = []
+    train = _profiled(
+        lambda: held.append(sft._step(model, optimizer, data, codec.pad_id, config, generator)[1])
+    )
+    weights, widths = _product_weights(model)
+    hidden = int(model.config.hidden_size)
+    rate = _matmul_rate(held[0], hidden, widths)
+    train.update(_bound(4.0 * weights, rate, held[0], train["wall_s"]))
+    student = Student(args.model, bf16=True)
+    tasks = held_out_tasks(HouseholdEnv(), 16, 1)
+    _generation_case("warm-up", student, tasks, "session", 1)
+    generated: list[dict] = []
+    gen = _profiled(
+        lambda: generated.append(_generation_case("profiled", student, tasks, "session", 3))
+    )
+    weights, widths = _product_weights(student.model)
+    decode_rate = _matmul_rate(16, hidden, widths)
+    gen.update(_bound(2.0 * weights, decode_rate, generated[0]["new_tokens"], gen["wall_s"]))
+    gen["note"] = "bound from the decode steps' products (16 rows each); prefills come on top"
+    return {"training_lora_bf16_whole_rows": train, "generation_batch16_reuse_bf16": gen}
+
+
+def _bound(flops_per_token: float, gflops: float, tokens: int, wall: float) -> dict[str, Any]:
+    return {
+        "tokens": tokens,
+        "tokens_per_s": round(tokens / wall, 1),
+        "matmul_gflop_per_token": round(flops_per_token / 1e9, 3),
+        "bf16_matmul_gflops_measured": round(gflops, 1),
+        "tokens_per_s_bound": round(gflops * 1e9 / flops_per_token, 1),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="smollm2-135m")
@@ -221,6 +346,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=3, help="Timed training steps per case.")
     parser.add_argument("--turns", type=int, default=3, help="Agent steps per episode.")
     parser.add_argument("--no-training", action="store_true", help="Only the generation cases.")
+    parser.add_argument("--profile", action="store_true", help="Profiles and bounds only.")
     parser.add_argument("--out", type=Path, default=Path("bench/results/student_speed.json"))
     args = parser.parse_args()
     import torch
@@ -231,6 +357,15 @@ def main() -> None:
         f"torch {torch.__version__}, {torch.get_num_threads()} threads, load {load[0]:.1f}, "
         f"CPU {torch.backends.cpu.get_cpu_capability()} {units} bf16 units"
     )
+    if args.profile:
+        result = {"command": "python " + " ".join(sys.argv), "model": args.model,
+                  "threads": torch.get_num_threads(), "load_average_at_start": load,
+                  "profile": profile_cases(args, _rows(12)),
+                  "load_average_at_end": os.getloadavg()}  # fmt: skip
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2) + b"\n")
+        print(orjson.dumps(result["profile"], option=orjson.OPT_INDENT_2).decode())
+        return
     print("generation:", flush=True)
     gen = generation(args)
     train: dict[str, dict] = {}
