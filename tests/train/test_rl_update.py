@@ -109,3 +109,35 @@ def test_advantage_signal_counts_flat_groups_and_moved_tokens() -> None:
     model_tokens = sum(sum(s.mask) for s in batch)
     moved = model_tokens - sum(batch[0].mask)
     assert advantage_signal(episodes, batch)["advantage_tokens"] == round(moved / model_tokens, 4)  # type: ignore[arg-type]
+
+
+def test_episode_weighting_gives_each_episode_one_share_of_the_loss() -> None:
+    """A failure cut into three samples weighs as much as a success of one sample: the
+    group's advantages, weighted, sum to zero (with sample weighting they do not)."""
+    from trajforge.schema import Outcome, Task, Trajectory
+    from trajforge.train.rl.advantages import training_sequences
+    from trajforge.train.rl.config import RLConfig
+    from trajforge.train.rl.rollouts import Episode
+
+    sample = {"prompt_ids": [1], "completion_ids": [2, 3], "loss_mask": [1, 1],
+              "logprobs": [-0.1, -0.2], "reward": 0.0, "call_ids": ["c"]}  # fmt: skip
+
+    def episode(name: str, won: bool, samples: int) -> Episode:
+        run = Trajectory(task=Task(id="t", environment="household"), outcome=Outcome(success=won))
+        return Episode(name, "g", run, None, [dict(sample) for _ in range(samples)])
+
+    episodes = [episode("s1", True, 1), episode("s2", False, 3)]
+    for weighting, mass in (("sample", -2.0), ("episode", 0.0)):
+        config = RLConfig(reward="outcome", weighting=weighting)  # type: ignore[arg-type]
+        sequences = training_sequences(episodes, config)
+        assert len(sequences) == 4
+        assert abs(sum(s.weight for s in sequences) / 4 - 1.0) < 1e-9  # the loss keeps its size
+        total = sum(s.weight * s.advantages[-1] for s in sequences)
+        assert abs(total - mass) < 1e-3, (weighting, total)
+    model = _model()
+    batch = _sequences()[:2]
+    plain = _minibatch_loss(model, None, batch, 0, 0.2, 0.0)["loss"]
+    alone = _minibatch_loss(model, None, batch[:1], 0, 0.2, 0.0)["loss"]
+    batch[0].weight, batch[1].weight = 2.0, 0.0  # the second sequence counts for nothing
+    weighted = _minibatch_loss(model, None, batch, 0, 0.2, 0.0)["loss"]
+    assert torch.allclose(weighted, alone) and not torch.allclose(weighted, plain)

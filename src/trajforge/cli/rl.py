@@ -47,6 +47,14 @@ def rl_command(
     early_stop_after: Annotated[
         int, typer.Option("--early-stop-after", help="Monitor stop after N iterations (0: off).")
     ] = 0,
+    weighting: Annotated[
+        str,
+        typer.Option(
+            "--weighting",
+            help="sample (each training sample weighs the same) or episode (an episode's "
+            "samples share one weight).",
+        ),
+    ] = "sample",
     strategies: Annotated[
         int,
         typer.Option(
@@ -69,6 +77,8 @@ def rl_command(
         raise UserError(f"--reward must be outcome or process, not '{reward}'")
     if backend not in ("local", "ray"):
         raise UserError(f"--backend must be local or ray, not '{backend}'")
+    if weighting not in ("sample", "episode"):
+        raise UserError(f"--weighting must be sample or episode, not '{weighting}'")
     if not resume:
         if base is None:
             raise UserError("give --base CHECKPOINT (or --resume)")
@@ -80,7 +90,7 @@ def rl_command(
             eval_every=eval_every,
             eval_tasks=eval_tasks, concurrency=concurrency, seed=seed,
             early_stop_after=early_stop_after, backend="ray" if backend == "ray" else "local",
-            strategies=strategies,
+            strategies=strategies, weighting="episode" if weighting == "episode" else "sample",
         )  # fmt: skip
     total = config.iterations if config else RLConfig(**read_run(out)["config"]).iterations
     shown = _RLProgress(total)

@@ -26,8 +26,21 @@ def training_sequences(episodes: Sequence[Episode], config: RLConfig) -> list[Tr
     for group, members in groups.items():
         for episode, value in zip(members, outcome[group], strict=True):
             extra = per_step.get(id(episode))
-            sequences += _sequences(episode, group, value, extra, config.process_weight)
+            made = _sequences(episode, group, value, extra, config.process_weight)
+            if config.weighting == "episode":
+                for seq in made:
+                    seq.weight = 1.0 / len(made)
+            sequences += made
+    if config.weighting == "episode":
+        _mean_one(sequences)
     return sequences
+
+
+def _mean_one(sequences: list[TrainSequence]) -> None:
+    """Scale the weights to a mean of 1 (the loss keeps its size)."""
+    total = sum(seq.weight for seq in sequences)
+    for seq in sequences:
+        seq.weight *= len(sequences) / total if total else 1.0
 
 
 def advantage_signal(episodes: Sequence[Episode], sequences: Sequence[TrainSequence]) -> dict:

@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 RewardKind = Literal["outcome", "process"]
+Weighting = Literal["sample", "episode"]
 RolloutBackend = Literal["local", "ray"]
 
 
@@ -48,6 +49,13 @@ class RLConfig(BaseModel):
         default="outcome",
         description="outcome: the group-normalised reward on every token; process: plus the "
         "step-value advantage of forks (see train/rl/process.py).",
+    )
+    weighting: Weighting = Field(
+        default="sample",
+        description="sample: every training sample (a stretch of an episode between two "
+        "retokenization cuts) weighs the same in the loss; episode: an episode's samples "
+        "share one weight, so a long failed episode cut into many samples does not outweigh "
+        "a success, and a group's advantages sum to zero in the loss.",
     )
     process_weight: float = Field(
         default=1.0, ge=0, description="process: weight of the step-value advantage."

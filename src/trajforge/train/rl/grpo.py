@@ -13,7 +13,9 @@ rollout time), the loss is the mean over model tokens of
 
     -min(r_t A_t, clip(r_t, 1 - eps, 1 + eps) A_t) + beta * k3(ref, new),  r_t = exp(new_t - b_t)
 
-averaged over sequences. Environment and user tokens (mask 0) carry no loss.
+averaged over sequences, each times its weight (1, or with `weighting="episode"` the same
+for every sequence of an episode, 1 / its sequence count scaled to a mean of 1). Environment
+and user tokens (mask 0) carry no loss.
 
 The output layer and its softmax run only at the positions of model tokens (a real
 tokenizer's vocabulary is large: SmolLM2's 49,152 logits at every position of 16 episodes of
@@ -42,6 +44,8 @@ class TrainSequence:
     advantages: list[float]
     group: str
     reward: float
+    weight: float = 1.0
+    """Its share in the loss (1.0; see `RLConfig.weighting`)."""
 
 
 def from_sample(sample: dict, group: str, reward: float) -> TrainSequence:
@@ -210,7 +214,8 @@ def _minibatch_loss(model, reference, batch, pad_id, clip, kl_coef) -> dict[str,
     k3 = torch.exp(delta) - delta - 1
     per_token = -surrogate + kl_coef * k3
     counts = mask.sum(1).clamp(min=1)
-    loss = ((per_token * mask).sum(1) / counts).mean()
+    weights = torch.tensor([s.weight for s in batch])
+    loss = ((per_token * mask).sum(1) / counts * weights).mean()
     kl = ((k3 * mask).sum(1) / counts).mean().detach()
     clipped = (((ratio - 1).abs() > clip).float() * mask).sum() / mask.sum().clamp(min=1)
     mean_entropy = ((entropy * mask).sum(1) / counts).mean()
