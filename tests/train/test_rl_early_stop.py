@@ -40,3 +40,5 @@ def test_monitor_fitted_on_earlier_runs_stops_doomed_rollouts(student_dir: Path,
     assert all(len(e.run.assistant_indices()) < 16 for e in halted)
     assert all("failure monitor" in e.run.metadata["model_failure"] for e in halted)
     assert not any(e.run.outcome.success for e in halted)
+    # a stopped episode is a failure of its group, with its samples, not an unjudged error
+    assert all(e.judged and e.reward == 0.0 and e.samples for e in halted)

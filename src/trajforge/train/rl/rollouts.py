@@ -53,6 +53,7 @@ from trajforge.serve.reload import (
 )
 from trajforge.serve.student import Student
 from trajforge.store import Store
+from trajforge.train.rl.early_stop import stopped
 
 
 @dataclass
@@ -67,8 +68,10 @@ class Episode:
 
     @property
     def judged(self) -> bool:
-        """False when the server failed the episode (a model error): it has no outcome."""
-        return self.run.outcome.status != "model_error"
+        """False when the server failed the episode (a model error): it has no outcome. An
+        episode the proxy's failure monitor stopped ends the same way in the harness, but it
+        is judged: a failure (`train/rl/early_stop.py`)."""
+        return self.run.outcome.status != "model_error" or stopped(self.recorded)
 
     @property
     def reward(self) -> float:
