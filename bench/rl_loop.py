@@ -434,6 +434,12 @@ def kl_tail(run: Path, base: Path, iteration: int = 1, worst: int = 12) -> dict[
     total = sum(k for k, *_ in tokens) or 1.0
     heavy = [x for x in tokens if x[0] > 10]
     mass = [a for s in sequences for a in s.advantages]
+    pushed = [  # each sequence's share of the loss: its weight times its mean advantage
+        s.weight
+        * sum(a for a, m in zip(s.advantages, s.mask, strict=True) if m)
+        / max(1, sum(s.mask))
+        for s in sequences
+    ]
     signs = {"+": lambda a: a > 0, "-": lambda a: a < 0, "0": lambda a: a == 0}
     return {
         "iteration": iteration,
@@ -442,6 +448,8 @@ def kl_tail(run: Path, base: Path, iteration: int = 1, worst: int = 12) -> dict[
         "model_tokens": len(tokens),
         "advantage_mass_positive": round(sum(a for a in mass if a > 0), 1),
         "advantage_mass_negative": round(sum(a for a in mass if a < 0), 1),
+        "loss_advantage_positive": round(sum(p for p in pushed if p > 0), 2),
+        "loss_advantage_negative": round(sum(p for p in pushed if p < 0), 2),
         "mean_k3": round(total / max(1, len(tokens)), 3),
         "top_1_percent_share": round(sum(k for k, *_ in tokens[: len(tokens) // 100]) / total, 4),
         "tokens_k3_over_10": len(heavy),
@@ -464,7 +472,7 @@ def kl_tail(run: Path, base: Path, iteration: int = 1, worst: int = 12) -> dict[
 
 def _outcome_sequences(run: Path, iteration: int) -> tuple[int, list]:
     """The iteration's recorded episodes as the loop's training sequences, outcome advantages
-    (groups: the session name less its sample index)."""
+    and the run's weighting (groups: the session name less its sample index)."""
     from trajforge.export.rl import rl_samples
     from trajforge.store import Store
     from trajforge.train.rl.advantages import training_sequences
@@ -476,7 +484,10 @@ def _outcome_sequences(run: Path, iteration: int) -> tuple[int, list]:
         Episode(t.source.run, t.source.run.rsplit("-", 1)[0], t, t, list(rl_samples(t)))
         for t in mine
     ]
-    return len(mine), training_sequences(episodes, RLConfig(reward="outcome"))
+    from trajforge.train.rl.checkpoints import read_run
+
+    config = RLConfig(**read_run(run)["config"]).model_copy(update={"reward": "outcome"})
+    return len(mine), training_sequences(episodes, config)
 
 
 def _token_kl(start: Student, after: Student, sequences: list) -> list[tuple]:
@@ -536,6 +547,7 @@ def runs_table(result: dict[str, Any]) -> str:
     lines.append(
         f"iteration 1 KL: mean k3 {tail['mean_k3']}, top 1% of tokens {tail['top_1_percent_share']}"
         f", advantage mass +{tail['advantage_mass_positive']} / {tail['advantage_mass_negative']}"
+        f" (in the loss +{tail['loss_advantage_positive']} / {tail['loss_advantage_negative']})"
     )
     return "\n".join(lines)
 
