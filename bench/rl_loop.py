@@ -145,15 +145,23 @@ def run_kind(
         out = given[seed] if seed < len(given) else work / f"{kind}-seed{seed}"
         reward = kind if kind in KINDS else config.reward
         settings = config.model_copy(update={"seed": seed, "reward": reward})
-        report = lambda row, k=kind, s=seed: _show(k, s, row)  # noqa: E731
-        if (out / "rl.json").is_file():
-            same_run(out, base, settings)
-            runs.append(train_rl(None, out, None, resume=True, report=report))
-        else:
-            runs.append(train_rl(base, out, settings, report=report))
+        runs.append(trained(base, out, settings, lambda row, k=kind, s=seed: _show(k, s, row)))
         dirs.append(out)
         print(f"{kind} seed {seed} done", file=sys.stderr, flush=True)
     return {"rows": runs, "dirs": dirs}
+
+
+def trained(base: Path, out: Path, settings: RLConfig, report) -> list[dict[str, Any]]:
+    """The iteration rows of the run in `out`: read back when it is finished, continued when
+    a kill left it half-way, trained when it is not there (`same_run` checks the first two)."""
+    from trajforge.train.rl.checkpoints import completed, rebuild_log
+
+    if not (out / "rl.json").is_file():
+        return train_rl(base, out, settings, report=report)
+    same_run(out, base, settings)
+    if len(completed(out)) == settings.iterations:
+        return rebuild_log(out)
+    return train_rl(None, out, None, resume=True, report=report)
 
 
 def same_run(out: Path, base: Path, settings: RLConfig) -> None:
@@ -476,6 +484,7 @@ def _outcome_sequences(run: Path, iteration: int) -> tuple[int, list]:
     from trajforge.export.rl import rl_samples
     from trajforge.store import Store
     from trajforge.train.rl.advantages import training_sequences
+    from trajforge.train.rl.checkpoints import read_run
     from trajforge.train.rl.rollouts import Episode
 
     with Store(run / "rollouts.db") as store:
@@ -484,8 +493,6 @@ def _outcome_sequences(run: Path, iteration: int) -> tuple[int, list]:
         Episode(t.source.run, t.source.run.rsplit("-", 1)[0], t, t, list(rl_samples(t)))
         for t in mine
     ]
-    from trajforge.train.rl.checkpoints import read_run
-
     config = RLConfig(**read_run(run)["config"]).model_copy(update={"reward": "outcome"})
     return len(mine), training_sequences(episodes, config)
 

@@ -33,15 +33,15 @@ from typing import Any
 
 import orjson
 
-from rl_loop import curve, heldout_success, pooled
+from rl_loop import curve, heldout_success, pooled, same_run, trained
 from trajforge.envs.household import HouseholdEnv
 from trajforge.serve.student import Student
 from trajforge.store import Store
 from trajforge.strategies import latest
 from trajforge.train.conditioned import conditioned_starts
 from trajforge.train.evaluate import held_out_tasks, rate, run_lockstep
-from trajforge.train.rl import RLConfig, train_rl
-from trajforge.train.rl.checkpoints import completed, iteration_dir, read_run, rebuild_log
+from trajforge.train.rl import RLConfig
+from trajforge.train.rl.checkpoints import completed, iteration_dir, read_run
 from trajforge.train.rl.strategies import STRATEGIES_FILE, RunLibrary
 
 RESULTS = Path(__file__).parent / "results" / "strategies_rl.json"
@@ -66,24 +66,10 @@ def shown(arm: str, seed: int):
     return line
 
 
-def run_arm(arm: str, base: Path, out: Path, config: RLConfig) -> list[dict[str, Any]]:
-    """Train (or finish, after a kill) one run; its iteration rows."""
-    resume = (out / "rl.json").is_file()
-    if resume and len(completed(out)) == config.iterations:
-        return rebuild_log(out)
-    seed = config.seed
-    return train_rl(None if resume else base, out, None if resume else config,
-                    resume=resume, report=shown(arm, seed))  # fmt: skip
-
-
 def checked_plain(dirs: list[Path], base: Path, config: RLConfig) -> None:
-    """Refuse `--plain-runs` made from another base or with other settings."""
-    wanted = config.model_dump(exclude={"seed", "threads", "strategies"})
+    """Refuse `--plain-runs` made from another base, with other settings or unfinished."""
     for index, path in enumerate(dirs):
-        run = read_run(path)
-        settings = RLConfig(**run["config"]).model_dump(exclude={"seed", "threads", "strategies"})
-        if Path(run["base"]) != base or settings != wanted or run["config"]["seed"] != index:
-            raise SystemExit(f"--plain-runs: {path} is not seed {index} of these settings")
+        same_run(path, base, config.model_copy(update={"seed": index}))
         if len(completed(path)) != config.iterations:
             raise SystemExit(f"--plain-runs: {path} has not finished its iterations")
 
@@ -169,9 +155,10 @@ def main(argv: list[str] | None = None) -> int:
     rows: dict[str, list[list[dict]]] = {"plain": [], "accumulating": []}
     for seed in range(args.seeds):
         seeded = config.model_copy(update={"seed": seed})
-        rows["plain"].append(run_arm("plain", args.base, plain_dirs[seed], seeded))
+        rows["plain"].append(trained(args.base, plain_dirs[seed], seeded, shown("plain", seed)))
         with_k = seeded.model_copy(update={"strategies": args.k})
-        rows["accumulating"].append(run_arm("accum", args.base, strategy_dirs[seed], with_k))
+        accumulating = trained(args.base, strategy_dirs[seed], with_k, shown("accum", seed))
+        rows["accumulating"].append(accumulating)
     initial = read_run(strategy_dirs[0])["initial"]
     per_iteration = args.tasks * args.group
     without = []

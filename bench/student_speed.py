@@ -231,7 +231,6 @@ OP_KINDS = {
 def _profiled(work) -> dict[str, Any]:
     """Run `work()` under torch.profiler: the wall time, the share of self CPU time of each
     kind of operator (`OP_KINDS`) and the ten operators with the most self CPU time."""
-    import torch
     from torch.profiler import ProfilerActivity, profile
 
     started = time.perf_counter()
@@ -246,7 +245,6 @@ def _profiled(work) -> dict[str, Any]:
     }
     shares["everything else"] = 1.0 - sum(shares.values())
     top = sorted(events, key=lambda e: -e.self_cpu_time_total)[:10]
-    del torch
     return {
         "wall_s": round(wall, 3),
         "shares": {kind: round(share, 3) for kind, share in shares.items()},

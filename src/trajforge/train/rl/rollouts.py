@@ -211,10 +211,9 @@ class RolloutService:
         episodes' system prompts end with."""
         started = time.perf_counter()
         rollouts = [
-            self._rollout(job, index, limits, model, seed) for index, job in enumerate(jobs)
+            self._rollout(job, index, limits, model, seed, strategies or {})
+            for index, job in enumerate(jobs)
         ]
-        for rollout in rollouts:
-            rollout.strategies = list((strategies or {}).get(rollout.task.id, []))
         if self.backend == "ray":
             runs = _on_ray(rollouts, concurrency, on_episode)
         else:
@@ -226,8 +225,9 @@ class RolloutService:
         return episodes, _stats(episodes, seconds)
 
     def _rollout(
-        self, job: Job, index: int, limits: Limits, model: OpenAIModelConfig, seed: int | None
-    ) -> Rollout:
+        self, job: Job, index: int, limits: Limits, model: OpenAIModelConfig, seed: int | None,
+        strategies: Mapping[str, list[str]],
+    ) -> Rollout:  # fmt: skip
         session, _, task = job
         assert self.proxy is not None
         update: dict[str, object] = {"base_url": self.proxy.session_url(session)}
@@ -235,8 +235,9 @@ class RolloutService:
             update["seed"] = episode_seed(seed, index)
         outcome_url = f"{self.proxy.url}/s/{session}/outcome"
         return Rollout(
-            model=model.model_copy(update=update), task=task, limits=limits, outcome_url=outcome_url
-        )
+            model=model.model_copy(update=update), task=task, limits=limits,
+            outcome_url=outcome_url, strategies=list(strategies.get(task.id, [])),
+        )  # fmt: skip
 
     def _collect(self, jobs, runs: list[Trajectory]) -> list[Episode]:
         episodes = []
