@@ -79,6 +79,8 @@ from trajforge.envs.household import HouseholdEnv, task_for
 from trajforge.generate.guided import GuidedRecovery, RecoverConfig, recover_runs, with_guidance
 from trajforge.generate.guided.guidance import hidden_state_guidance
 from trajforge.generate.guided.hinted import hinted_run
+from trajforge.generate.guided.report import summarize as summarize_recovery
+from trajforge.generate.guided.search import RecoveryResult
 from trajforge.generate.pairs import fork_pair, sibling_pairs
 from trajforge.generate.recovery import (
     first_disagreement,
@@ -279,29 +281,19 @@ class Lab:
         return [row for kind in kinds for row in data[kind]]
 
     def _make_guided_teacher(self, folder: Path) -> dict[str, Any]:
+        """Trained, run on the training worlds and searched in stages, each stage's output
+        kept in `folder` so a killed lab goes on from the last finished stage."""
         config = self.config
         rows = self.demos("teacher") + self.hinted_demos()
         out = folder / "checkpoint"
         if not (out / "trajforge.json").is_file():  # written last: the teacher is trained
             train_rows(config, rows, out, "guided-teacher", 0, config.teacher_steps)
         student = _student(config, out)
-        runs = _lockstep(
-            student,
-            fresh_starts(HouseholdEnv, self.tasks),
-            config,
-            "guided teacher: training worlds",
-        )
-        failures = [t.with_id() for t in runs if not t.outcome.success]
+        runs = self._teacher_runs(student, folder)
+        failures = [t for t in runs if not t.outcome.success]
         searched = failures[: config.teacher_failures]
-        recovery = GuidedRecovery(
-            runner=LockstepRunner(student, config.max_steps, config.max_new_tokens),
-            config=RecoverConfig(
-                sources=["correction", "privileged"],
-                privileged_forms=["hint"],
-                max_steps=config.max_steps,
-            ),
-        )
-        report, demos = recover_runs(searched, recovery, {}, batch=max(1, len(searched)))
+        results, demos = self._teacher_recoveries(student, searched, folder)
+        report = summarize_recovery(results)
         figures = {
             "training_rows": _kinds(rows),
             "unguided_success_train_worlds_in_sample": rate(
@@ -318,6 +310,67 @@ class Lab:
             "P": [row for demo in demos for row in _recovered_rows(demo)],
             "figures": figures,
         }
+
+    def _teacher_runs(self, student: Student, folder: Path) -> list[Trajectory]:
+        """The guided teacher's unguided run of every training world, 100 worlds a stage."""
+        runs: list[Trajectory] = []
+        for first in range(0, len(self.tasks), TEACHER_RUN_STAGE):
+            tasks = self.tasks[first : first + TEACHER_RUN_STAGE]
+
+            def play(tasks: list = tasks, first: int = first) -> list[Any]:
+                label = f"guided teacher: training worlds {first + 1}-{first + len(tasks)}"
+                played = _lockstep(student, fresh_starts(HouseholdEnv, tasks), self.config, label)
+                return [t.with_id().model_dump(mode="json") for t in played]
+
+            stage = _kept(folder / f"runs-{first}.json", play)
+            runs += [Trajectory.model_validate(t) for t in stage]
+        return runs
+
+    def _teacher_recoveries(
+        self, student: Student, failures: list[Trajectory], folder: Path
+    ) -> tuple[list[RecoveryResult], list[Trajectory]]:
+        """The guided search over `failures`, a few runs a stage."""
+        config = self.config
+        recovery = GuidedRecovery(
+            runner=LockstepRunner(student, config.max_steps, config.max_new_tokens),
+            config=RecoverConfig(
+                sources=["correction", "privileged"],
+                privileged_forms=["hint"],
+                max_steps=config.max_steps,
+            ),
+        )
+        results: list[RecoveryResult] = []
+        demos: list[Trajectory] = []
+        for first in range(0, len(failures), TEACHER_SEARCH_STAGE):
+            chunk = failures[first : first + TEACHER_SEARCH_STAGE]
+
+            def search(chunk: list[Trajectory] = chunk, first: int = first) -> dict[str, Any]:
+                print(
+                    f"guided teacher: searching failures {first + 1}-{first + len(chunk)}"
+                    f" of {len(failures)}",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                report, found = recover_runs(chunk, recovery, {}, batch=len(chunk))
+                return {
+                    "results": [r.model_dump(mode="json") for r in report.results],
+                    "demos": [d.model_dump(mode="json") for d in found],
+                }
+
+            stage = _kept(folder / f"search-{first}.json", search)
+            results += [RecoveryResult.model_validate(r) for r in stage["results"]]
+            demos += [Trajectory.model_validate(d) for d in stage["demos"]]
+        return results, demos
+
+
+def _kept(path: Path, make: Callable[[], Any]) -> Any:
+    """`make()`'s JSON output, kept at `path` (written whole, then renamed) and read back
+    from there when the stage ran before."""
+    if not path.is_file():
+        staged = path.with_suffix(".partial")
+        staged.write_bytes(orjson.dumps(make()))
+        staged.replace(path)
+    return orjson.loads(path.read_bytes())
 
 
 def teacher_dir(config: LabConfig) -> Path:
@@ -512,6 +565,10 @@ ARMS: list[Arm] = [
 ]
 
 CURVE_WORLDS = (50, 100, 200)
+TEACHER_RUN_STAGE = 100
+"""Training worlds the guided teacher plays per kept stage."""
+TEACHER_SEARCH_STAGE = 10
+"""Failed runs searched per kept stage (one lock-step batch)."""
 """The sample-efficiency curve: E's budget on the demonstrations of fewer worlds (E itself is
 the point at `train_worlds`)."""
 ARMS += [
