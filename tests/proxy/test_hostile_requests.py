@@ -5,12 +5,14 @@ from __future__ import annotations
 import asyncio
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import orjson
 import pytest
 
 from trajforge.models.mock_server import MockOpenAIServer
+from trajforge.models.serve import BackgroundServer
 from trajforge.proxy import ProxyConfig, ProxyServer
 from trajforge.proxy.record import CapturedCall
 from trajforge.proxy.recorder import Recorder
@@ -173,3 +175,42 @@ def test_client_that_gave_up_is_not_recorded_as_200(tmp_path: Path) -> None:
                     break
                 time.sleep(0.1)
     assert rows == [(499, "client left before the answer")]
+
+
+async def _one_chunk_then_stall(scope: dict, receive: Any, send: Any) -> None:
+    """An upstream that streams one chunk of an answer, then says nothing for 30 s."""
+    if scope["type"] != "http":
+        return
+    chunk = {
+        "id": "c1",
+        "object": "chat.completion.chunk",
+        "model": "m",
+        "choices": [{"index": 0, "delta": {"role": "assistant", "content": "he"}}],
+    }
+    headers = [(b"content-type", b"text/event-stream")]
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
+    body = b"data: " + orjson.dumps(chunk) + b"\n\n"
+    await send({"type": "http.response.body", "body": body, "more_body": True})
+    await asyncio.sleep(30)
+
+
+def test_client_that_leaves_mid_stream_is_recorded_at_once(tmp_path: Path) -> None:
+    db = tmp_path / "p.db"
+    upstream = BackgroundServer(_one_chunk_then_stall).start()
+    try:
+        config = ProxyConfig(upstream=f"{upstream.url}/v1", timeout_s=60)
+        with ProxyServer(config, db) as proxy:
+            body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True}
+            url = f"{proxy.base_url}/chat/completions"
+            with httpx.stream("POST", url, json=body, timeout=10) as answer:
+                first = next(answer.iter_bytes())
+            left_at, rows = time.monotonic(), []
+            while not rows and time.monotonic() - left_at < 10:  # the upstream stalls for 30 s
+                proxy.flush()
+                with Store(db) as store:
+                    rows = store.db.execute("SELECT status, error FROM proxy_calls").fetchall()
+                time.sleep(0.05)
+    finally:
+        upstream.stop()
+    assert b'"he"' in first
+    assert rows == [(499, "client left")]

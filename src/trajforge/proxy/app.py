@@ -26,6 +26,7 @@ from fastapi.responses import JSONResponse, Response
 from trajforge.openai_wire import error_body
 from trajforge.proxy.answer_ids import AnswerReader
 from trajforge.proxy.capture import CallContext, Tokens, tokens_of
+from trajforge.proxy.client_watch import ClientWatch
 from trajforge.proxy.config import ProxyConfig
 from trajforge.proxy.faults import FaultInjector
 from trajforge.proxy.record import Endpoint, MonitorStop, UpstreamFault
@@ -330,21 +331,9 @@ async def until_client_leaves(request: Request, work: Awaitable[Any]) -> Any:
 
     The request body has been read, so the next ASGI message is the disconnect.
     """
-    task = asyncio.ensure_future(work)
-    watcher = asyncio.ensure_future(_disconnected(request))
-    try:
-        await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        watcher.cancel()
-    if not task.done():
-        task.cancel()
-        return CLIENT_LEFT
-    return task.result()
-
-
-async def _disconnected(request: Request) -> None:
-    while (await request.receive())["type"] != "http.disconnect":
-        pass
+    async with ClientWatch(request.receive):
+        return await work
+    return CLIENT_LEFT
 
 
 async def read_body(request: Request, limit: int) -> bytes | None:

@@ -15,8 +15,10 @@ from typing import TYPE_CHECKING
 import aiohttp
 import orjson
 from fastapi.responses import StreamingResponse
+from starlette.types import Receive, Scope, Send
 
 from trajforge.proxy.capture import StreamAssembly, Tokens, tokens_of
+from trajforge.proxy.client_watch import ClientWatch
 from trajforge.proxy.record import UpstreamFault
 from trajforge.proxy.shaping import ClientAsked, for_client
 from trajforge.proxy.upstream import TRANSPORT_ERRORS, UpstreamError, observed, transport_error
@@ -147,6 +149,15 @@ class StreamRelay:
         )
 
 
+class EventStream(StreamingResponse):
+    """A streamed answer whose iteration is cancelled when the client leaves (`ClientWatch`),
+    instead of Starlette's task group per stream."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        async with ClientWatch(receive):
+            await self.stream_response(send)
+
+
 def relay_stream(
     proxy: RecordingProxy,
     context: CallContext,
@@ -155,4 +166,4 @@ def relay_stream(
     truncate: bool,
 ) -> StreamingResponse:
     relay = StreamRelay(proxy, context, response, asked, truncate)
-    return StreamingResponse(relay.events(), media_type="text/event-stream")
+    return EventStream(relay.events(), media_type="text/event-stream")
