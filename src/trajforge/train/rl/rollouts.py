@@ -22,7 +22,7 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -263,8 +263,18 @@ def _in_threads(
             on_episode(run)
         return run
 
-    with ThreadPoolExecutor(max(1, min(concurrency, len(rollouts)))) as pool:
-        return list(pool.map(episode, rollouts))
+    pool = ThreadPoolExecutor(max(1, min(concurrency, len(rollouts))))
+    futures = [pool.submit(episode, rollout) for rollout in rollouts]
+    try:
+        done, _ = wait(futures, return_when=FIRST_EXCEPTION)
+        for future in done:
+            future.result()  # a failure is raised now, not after the episodes before it
+        runs = [future.result() for future in futures]
+    except BaseException:  # Ctrl-C or a failed episode: the iteration stops now, not after
+        pool.shutdown(wait=False, cancel_futures=True)  # the episodes already running
+        raise
+    pool.shutdown()
+    return runs
 
 
 def _on_ray(
