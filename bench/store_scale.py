@@ -1,18 +1,18 @@
 """Store scale: the CLI and the web UI on 1x to 100x copies of the real runs.
 
 Usage: python bench/store_scale.py [DATA_DIR] [--scales 1,10,30,100] [--repeat N]
-       [--repeat-large N] [--against SRC] [--json] [--out FILE]
+       [--repeat-large N] [--against SRC] [--json] [--out FILE] [--work DIR]
 
 Imports ../shared/data once, exports it, and writes copies of every run with new ids (copy K's
 runs get the run name "<run>~copyK", so their content ids differ) as trajforge JSONL files, one
-file per copy (about 100 MB each; 100x is about 10 GB, written once into the temporary folder
-and reused by the smaller scales). At each scale the copies are imported into a fresh store
-with `trajforge import`, then every command runs as a whole process: `ls`, `ls --json`, a
-filtered `ls`, two full-text searches (`ls --search`, a common word and a rare phrase),
-`stats`, `show` (of the same run at every scale), `export` to JSONL and to Parquet (shards
-of 20,000 runs; one file with `--against`'s older tree), and `ls`, `stats` and the searches
-read from the shards (`--parquet DIR`, DuckDB). The web UI (`trajforge
-ui`, a real server on loopback) serves its first page and a search.
+file per copy (about 100 MB each; 100x is about 10 GB, written once into the temporary folder,
+or `--work`, and reused by the smaller scales). At each scale the copies are imported into a
+fresh store with `trajforge import`, then every command runs as a whole process: `ls`,
+`ls --json`, a filtered `ls`, two full-text searches (`ls --search`, a common word and a rare
+phrase), `stats`, `show` (of the same run at every scale), `export` to JSONL and to Parquet
+(shards of 20,000 runs; one file with `--against`'s older tree), and `ls`, `stats` and the
+searches read from the shards (`--parquet DIR`, DuckDB). The web UI (`trajforge ui`, a real
+server on loopback) serves its first page and a search.
 
 Each measure has its yardstick, measured in the same run on the same store:
 - import: time per GB of input (goal: flat within 20% from 1x to 100x) and `json.loads` of
@@ -531,9 +531,18 @@ def main() -> None:
     parser.add_argument("--against", type=Path, help="a second source tree to compare with")
     parser.add_argument("--json", action="store_true", help="also print all results as JSON")
     parser.add_argument("--out", type=Path, help="write the JSON results to this file")
+    parser.add_argument(
+        "--work",
+        type=Path,
+        help="where the copies, stores and exports go (tens of GB at 100x: 10 GB of copies, "
+        "a 16 GB store, its exports); a fresh folder inside it, removed at the end "
+        "(default: the system temporary folder)",
+    )
     args = parser.parse_args()
     scales = [int(s) for s in args.scales.split(",")]
-    with tempfile.TemporaryDirectory(prefix="store-scale-") as tmp:
+    if args.work is not None:
+        args.work.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="store-scale-", dir=args.work) as tmp:
         report = run_scales(Path(tmp), data_dir(args.data), scales, args)
     summary = {"command": command_line(), "scales": report, "import_flatness": flatness(report)}
     print(f"\nimport s per GB by scale: {summary['import_flatness']}")
