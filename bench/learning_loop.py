@@ -272,11 +272,7 @@ class Lab:
         folder.mkdir(parents=True, exist_ok=True)
         with (folder / "lock").open("w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
-            if not cache.is_file():
-                staged = cache.with_suffix(".partial")
-                staged.write_bytes(orjson.dumps(self._make_guided_teacher(folder)))
-                staged.replace(cache)
-        data = orjson.loads(cache.read_bytes())
+            data = _kept(cache, lambda: self._make_guided_teacher(folder))
         self.details["teacher"] = data["figures"]
         return [row for kind in kinds for row in data[kind]]
 
