@@ -59,7 +59,6 @@ from __future__ import annotations
 import argparse
 import fcntl
 import hashlib
-import itertools
 import random
 import statistics
 import sys
@@ -169,12 +168,13 @@ def _student(config: LabConfig, checkpoint: Path) -> Student:
 def _lockstep(student: Student, starts, config: LabConfig, label: str = "") -> list:
     """Every start played to its end in lock-step; with a `label`, throttled progress lines
     (a pretrained student plays a few hundred episodes in an hour)."""
-    shown = ProgressLines(label, len(starts), "episode") if label else None
-    finished = itertools.count(1)
-    on_finished = (lambda _: shown.update(next(finished))) if shown else None
+    if not label:
+        return run_lockstep(student, starts, config.max_steps, max_new_tokens=config.max_new_tokens)
+    shown = ProgressLines(label, len(starts), "episode")
     return run_lockstep(
-        student, starts, config.max_steps,
-        max_new_tokens=config.max_new_tokens, on_finished=on_finished,
+        student, starts, config.max_steps, max_new_tokens=config.max_new_tokens,
+        on_finished=lambda _: shown.advance(),
+        on_round=lambda step, running: shown.update(shown.done, step=step, running=running),
     )  # fmt: skip
 
 

@@ -114,21 +114,25 @@ def run_lockstep(
     reuse_cache: bool = True,
     max_new_tokens: int | None = None,
     on_finished: Callable[[Trajectory], None] | None = None,
+    on_round: Callable[[int, int], None] | None = None,
 ) -> list[Trajectory]:
     """Continue every (environment, trajectory) for up to `max_steps` more agent steps, of
     at most `max_new_tokens` each (default: the student's `turn_tokens`).
 
     With `reuse_cache` each conversation keeps its key/value cache between steps
     (`DecodeSession`); without it every step re-encodes the whole history. `on_finished`
-    is called with each episode as it ends. Episodes run in batches of `LOCKSTEP_ROWS` (the
+    is called with each episode as it ends, `on_round` after each batched step with the
+    step's number and the episodes still running (a pretrained student's long last episodes
+    finish nothing for many minutes). Episodes run in batches of `LOCKSTEP_ROWS` (the
     key/value states of a batch grow with its rows times their history).
     """
     new_tokens = max_new_tokens or student.turn_tokens
     for first in range(0, len(starts), LOCKSTEP_ROWS):
         chunk = starts[first : first + LOCKSTEP_ROWS]
         _lockstep_rows(
-            student, chunk, max_steps, temperature, seed, reuse_cache, new_tokens, on_finished
-        )
+            student, chunk, max_steps, temperature, seed, reuse_cache, new_tokens,
+            on_finished, on_round,
+        )  # fmt: skip
     return [traj for _, traj in starts]
 
 
@@ -141,6 +145,7 @@ def _lockstep_rows(
     reuse_cache: bool,
     max_new_tokens: int,
     on_finished: Callable[[Trajectory], None] | None,
+    on_round: Callable[[int, int], None] | None,
 ) -> None:
     budget = {id(traj): len(traj.assistant_indices()) + max_steps for _, traj in starts}
     session = DecodeSession(student) if reuse_cache else None
@@ -166,6 +171,8 @@ def _lockstep_rows(
             session.keep(kept)
         active = still
         round_index += 1
+        if on_round is not None:
+            on_round(round_index, len(active))
 
 
 def _prompt(student: Student, traj: Trajectory) -> list[int]:
@@ -335,6 +342,11 @@ class _Counted:
         self.successes += bool(traj.outcome.success)
         self.progress.update(self.finished, success=f"{self.successes / self.judged:.0%}")
 
+    def stepped(self, step: int, running: int) -> None:
+        """A batched step is over: a line when one is due, even if no episode ended."""
+        if self.progress is not None:
+            self.progress.update(self.finished, step=step, running=running)
+
 
 def evaluate_checkpoint(
     path, config: EvalConfig, trained_on: Sequence[str] = (), progress: ProgressLines | None = None
@@ -351,7 +363,7 @@ def evaluate_checkpoint(
         starts = fresh_starts(HouseholdEnv, tests)
         runs += run_lockstep(
             student, starts, config.max_steps, config.temperature,
-            seed=config.seed + 1000 * sample, on_finished=counted.done,
+            seed=config.seed + 1000 * sample, on_finished=counted.done, on_round=counted.stepped,
         )  # fmt: skip
     recovered = []
     if config.recovery:
@@ -359,7 +371,7 @@ def evaluate_checkpoint(
         counted.plan(len(starts[: config.recovery]))
         recovered = run_lockstep(
             student, starts[: config.recovery], config.max_steps, config.temperature,
-            seed=config.seed, on_finished=counted.done,
+            seed=config.seed, on_finished=counted.done, on_round=counted.stepped,
         )  # fmt: skip
     return _report(student.name, config, runs, recovered)
 
