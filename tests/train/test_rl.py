@@ -62,6 +62,7 @@ def test_an_iteration_updates_the_weights_and_the_next_one_keeps_recording(
             assert key in row
         assert 0.0 <= row["zero_variance_groups"] <= 1.0 and 0.0 < row["advantage_tokens"] <= 1.0
         assert row["entropy"] > 0.0
+        assert row["kl_median"] >= 0.0
 
 
 def _progress(out: Path) -> list[dict]:

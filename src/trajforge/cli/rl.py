@@ -135,7 +135,7 @@ def _show_row(lines: ProgressLines, row: dict[str, Any]) -> None:
             "reward": "—" if row["reward"] is None else f"{row['reward']:.3f}",
             "corr": f"{row['correlation']:.5f}",
             "max|dlogp|": f"{row['max_logprob_diff']:.2e}",
-            "kl": f"{row['kl']:.4f}",
+            "kl": f"{row['kl']:.4f} (median {row.get('kl_median', 0.0):.2g})",
             "flat groups": f"{row['zero_variance_groups']:.2f}",
             "rollouts": f"{row['episodes_per_s']:.1f} ep/s {row['tokens_per_s']:.0f} tok/s",
             "drift": row["drift_points_dropped"],

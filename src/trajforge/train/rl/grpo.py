@@ -162,6 +162,10 @@ def _max_diff(xs: list[float], ys: list[float]) -> float:
 class UpdateStats:
     loss: float
     kl: float
+    """Mean over sequences of each one's mean k3 estimate: a few tokens whose probability
+    fell far below the reference's can dominate it."""
+    kl_median: float
+    """Median k3 estimate over the update's tokens (mean over minibatches): the typical token."""
     clipped: float
     steps: int
     entropy: float | None
@@ -176,7 +180,7 @@ def grpo_update(
     import torch
 
     live = [s for s in sequences if any(a != 0.0 for a in s.advantages)]
-    totals = {"loss": 0.0, "kl": 0.0, "clipped": 0.0, "entropy": 0.0}
+    totals = {"loss": 0.0, "kl": 0.0, "kl_median": 0.0, "clipped": 0.0, "entropy": 0.0}
     steps = 0
     model.train()
     for _ in range(epochs if live else 0):
@@ -195,7 +199,8 @@ def grpo_update(
     model.eval()
     n = max(steps, 1)
     entropy = totals["entropy"] / n if steps else None
-    return UpdateStats(totals["loss"] / n, totals["kl"] / n, totals["clipped"] / n, steps, entropy)
+    means = {key: totals[key] / n for key in ("loss", "kl", "kl_median", "clipped")}
+    return UpdateStats(**means, steps=steps, entropy=entropy)
 
 
 def _minibatch_loss(model, reference, batch, pad_id, clip, kl_coef) -> dict[str, Any]:
@@ -217,6 +222,8 @@ def _minibatch_loss(model, reference, batch, pad_id, clip, kl_coef) -> dict[str,
     weights = torch.tensor([s.weight for s in batch])
     loss = ((per_token * mask).sum(1) / counts * weights).mean()
     kl = ((k3 * mask).sum(1) / counts).mean().detach()
+    kl_median = k3.detach()[mask.bool()].median() if mask.any() else torch.zeros(())
     clipped = (((ratio - 1).abs() > clip).float() * mask).sum() / mask.sum().clamp(min=1)
     mean_entropy = ((entropy * mask).sum(1) / counts).mean()
-    return {"loss": loss, "kl": kl, "clipped": clipped.detach(), "entropy": mean_entropy}
+    return {"loss": loss, "kl": kl, "kl_median": kl_median, "clipped": clipped.detach(),
+            "entropy": mean_entropy}  # fmt: skip

@@ -199,6 +199,7 @@ class _Loop:
         )  # fmt: skip
         row.update({
             "loss": round(update.loss, 5), "kl": round(update.kl, 6),
+            "kl_median": round(update.kl_median, 6),
             "clipped": round(update.clipped, 4), "updates": update.steps,
             "entropy": None if update.entropy is None else round(update.entropy, 5),
             "update_s": round(time.perf_counter() - started, 3),
