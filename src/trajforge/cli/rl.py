@@ -127,6 +127,11 @@ class _RLProgress:
         _show_row(self.iterations, row)
 
 
+def _median(row: dict[str, Any]) -> str:
+    """` (median M)` where the row records the median k3 (rows of older runs do not)."""
+    return f" (median {row['kl_median']:.2g})" if "kl_median" in row else ""
+
+
 def _show_row(lines: ProgressLines, row: dict[str, Any]) -> None:
     """An iteration's figures as a progress line of its own."""
     fields: dict[str, object] = {}
@@ -135,7 +140,7 @@ def _show_row(lines: ProgressLines, row: dict[str, Any]) -> None:
             "reward": "—" if row["reward"] is None else f"{row['reward']:.3f}",
             "corr": f"{row['correlation']:.5f}",
             "max|dlogp|": f"{row['max_logprob_diff']:.2e}",
-            "kl": f"{row['kl']:.4f} (median {row.get('kl_median', 0.0):.2g})",
+            "kl": f"{row['kl']:.4f}" + _median(row),
             "flat groups": f"{row['zero_variance_groups']:.2f}",
             "rollouts": f"{row['episodes_per_s']:.1f} ep/s {row['tokens_per_s']:.0f} tok/s",
             "drift": row["drift_points_dropped"],
