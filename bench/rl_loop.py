@@ -3,7 +3,7 @@
     python bench/rl_loop.py [--quick] [--base CKPT] [--seeds 3] [--iterations 20] [--tasks 8]
                             [--group 8] [--test-worlds 300] [--eval-every 5]
                             [--handoff-worlds 200] [--early-stop-after N] [--lr 1e-4]
-                            [--outcome-runs DIR,DIR,...] [--work DIR]
+                            [--compared-iterations N] [--outcome-runs DIR,DIR,...] [--work DIR]
                             [--out bench/results/rl_loop.json]
 
 1. The SFT starting point: `--base` (a `train sft` checkpoint), or the learning lab's E
@@ -17,6 +17,9 @@
    loop stores.
 3. Greedy held-out success (Wilson 95% intervals) every `--eval-every` iterations on
    `--test-worlds` worlds from the held-out seed range, pooled over seeds per iteration.
+   `--compared-iterations` gives the process and early-stop arms fewer iterations than the
+   outcome arm (when compute is short); the arms are then compared at equal episodes, at the
+   last iteration both evaluated (`at_equal_episodes`).
 4. The handoff matrix (REACH@k, SOLVE) of the SFT checkpoint and the final RL checkpoint
    (seed 0) of the `--handoff-kinds` arms (outcome by default: the four pairings), on other
    held-out worlds.
@@ -215,6 +218,25 @@ def summarize(kind_runs: list[list[dict]], sft: dict, per_iteration: int) -> dic
     }
 
 
+def at_equal_episodes(kinds: dict[str, dict]) -> dict[str, Any]:
+    """Each arm's held-out success at the last iteration every arm evaluated (the arms may
+    have run for different numbers of iterations), and process minus outcome there."""
+    shared = set.intersection(*({p["iteration"] for p in kinds[k]["curve"]} for k in KINDS))
+    iteration = max(shared)
+    points = {k: next(p for p in kinds[k]["curve"] if p["iteration"] == iteration) for k in KINDS}
+    return {
+        "iteration": iteration,
+        "episodes": points["outcome"]["episodes"],
+        **{
+            kind: {key: p[key] for key in ("success", "success_ci", "success_by_seed")}
+            for kind, p in points.items()
+        },
+        "process_minus_outcome": round(
+            points["process"]["success"] - points["outcome"]["success"], 4
+        ),
+    }
+
+
 def early_stop(outcome: list[list[dict]], stopping: list[list[dict]], after: int) -> dict:
     """Episode-steps and reward per episode-step after the monitor is on, against the
     outcome arm on the same seeds and iterations (the same training tasks are drawn)."""
@@ -253,7 +275,15 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--handoff-worlds", type=int, default=200)
     parser.add_argument("--early-stop-seeds", type=int, default=1)
     parser.add_argument("--handoff-kinds", default="outcome", help="RL arms in the matrix")
-    parser.add_argument("--early-stop-after", type=int, default=0, help="default: iterations/4")
+    parser.add_argument(
+        "--compared-iterations",
+        type=int,
+        default=0,
+        help="Iterations of the process and early-stop arms (default: --iterations).",
+    )
+    parser.add_argument(
+        "--early-stop-after", type=int, default=0, help="default: compared iterations/4"
+    )
     parser.add_argument("--work", type=Path, default=Path("/tmp/rl_loop"))
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument(
@@ -311,19 +341,22 @@ def main(argv: list[str] | None = None) -> int:
         lr=args.lr, eval_every=args.eval_every, eval_tasks=args.test_worlds, threads=1,
         concurrency=32,
     )  # fmt: skip
+    compared = config.model_copy(update={"iterations": args.compared_iterations or args.iterations})
     per_iteration = args.tasks * args.group
     kinds, dirs = {}, {}
     given = {"outcome": [Path(p) for p in args.outcome_runs.split(",") if p]}
     for kind in KINDS:
-        made = run_kind(kind, base, args.work, args.seeds, config, given.get(kind, []))
+        arm = config if kind == "outcome" else compared
+        made = run_kind(kind, base, args.work, args.seeds, arm, given.get(kind, []))
         kinds[kind], dirs[kind] = summarize(made["rows"], sft_success, per_iteration), made["dirs"]
-    after = args.early_stop_after or max(1, args.iterations // 4)
-    stop_config = config.model_copy(update={"early_stop_after": after})
+    after = args.early_stop_after or max(1, compared.iterations // 4)
+    stop_config = compared.model_copy(update={"early_stop_after": after})
     stopping = run_kind(EARLY, base, args.work, args.early_stop_seeds, stop_config)["rows"]
     kinds[EARLY] = summarize(stopping, sft_success, per_iteration)
     checkpoints = {"sft": base}
     for kind in args.handoff_kinds.split(","):
-        checkpoints[f"rl-{kind}"] = dirs[kind][0] / f"iter-{args.iterations:04d}"
+        last = kinds[kind]["iterations"][0][-1]["iteration"]
+        checkpoints[f"rl-{kind}"] = dirs[kind][0] / f"iter-{last:04d}"
     handoff = handoff_matrix(checkpoints, args.handoff_worlds)
     target = kinds["outcome"]["success"]
     result = {
@@ -341,6 +374,7 @@ def main(argv: list[str] | None = None) -> int:
         "correlation_min": min(k["correlation_min"] for k in kinds.values()),
         "process_episodes_to_outcome_final": episodes_to_reach(kinds["process"]["curve"], target),
         "outcome_episodes_to_outcome_final": episodes_to_reach(kinds["outcome"]["curve"], target),
+        "at_equal_episodes": at_equal_episodes(kinds),
         "handoff": handoff,
         "early_stop": {
             **early_stop(kinds["outcome"]["iterations"], stopping, after),
@@ -357,6 +391,7 @@ def main(argv: list[str] | None = None) -> int:
             "out": str(args.out),
             "base": str(base),
             "rl": config.model_dump(),
+            "rl_compared_arms": compared.model_dump(),
         },
         "wall_s": round(time.perf_counter() - started, 1),
     }
@@ -385,6 +420,7 @@ def resummarize(path: Path, command: str) -> dict[str, Any]:
     for kind in KINDS:
         reached = episodes_to_reach(kinds[kind]["curve"], target)
         result[f"{kind}_episodes_to_outcome_final"] = reached
+    result["at_equal_episodes"] = at_equal_episodes(kinds)
     result["early_stop"].update(
         early_stop(kinds["outcome"]["iterations"], kinds[EARLY]["iterations"], after),
         heldout_final={k: kinds[EARLY][k] for k in ("success", "success_ci")},
@@ -566,6 +602,11 @@ def table(result: dict[str, Any]) -> str:
             head = f"{kind:<10}{p['iteration']:>6}{p['episodes']:>10}"
             lines.append(f"{head}{p['success']:>10.3f}  {p['success_ci']}")
     lines.append(f"correlation min {result['correlation_min']:.6f}")
+    if equal := result.get("at_equal_episodes"):
+        lines.append(
+            f"at {equal['episodes']} episodes: process {equal['process']['success']:.3f}, "
+            f"outcome {equal['outcome']['success']:.3f} ({equal['process_minus_outcome']:+.3f})"
+        )
     lines.append("handoff (REACH@k / SOLVE / end-to-end):")
     for pair, cell in result["handoff"]["pairs"].items():
         reach = f"reach {cell['reach']:.3f} {cell['reach_ci']}"

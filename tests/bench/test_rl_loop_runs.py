@@ -58,3 +58,17 @@ def test_runs_of_another_base_are_refused(tmp_path: Path) -> None:
     dirs = [_run(tmp_path, 0, "/base", 4), _run(tmp_path, 1, "/other", 6)]
     with pytest.raises(SystemExit, match="differ in base or settings"):
         rl_loop.from_runs(dirs, "", probe_kl=False)
+
+
+def test_arms_of_different_lengths_meet_at_equal_episodes() -> None:
+    long_rows = [[_row(2, 0, 4), _row(4, 0, 8)]]
+    short_rows = [[_row(2, 0, 5)]]
+    kinds = {
+        "outcome": rl_loop.summarize(long_rows, START, 8),
+        "process": rl_loop.summarize(short_rows, START, 8),
+    }
+    equal = rl_loop.at_equal_episodes(kinds)
+    assert (equal["iteration"], equal["episodes"]) == (2, 16)
+    assert (equal["outcome"]["success"], equal["process"]["success"]) == (0.4, 0.5)
+    assert equal["process_minus_outcome"] == 0.1
+    assert kinds["outcome"]["success"] == 0.8
