@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import random
 import shutil
 import signal
@@ -22,6 +21,7 @@ from trajforge.serve.student import MANIFEST, Student
 from trajforge.store import Store
 from trajforge.store.training import training_iterations, training_runs
 from trajforge.train.rl import RLConfig, RLError, train_rl
+from trajforge.train.rl.checkpoints import read_run
 from trajforge.train.rl.grpo import agreement, from_sample
 from trajforge.train.rl.loop import check_agreement
 from trajforge.web import UiConfig, create_app
@@ -139,9 +139,8 @@ def test_the_loop_resumes_after_being_killed(student_dir: Path, tmp_path: Path) 
     args = [sys.executable, "-m", "trajforge.cli.main", "train", "rl", "--out", str(out),
             "--base", str(student_dir), "--iterations", "3", "--tasks", "2", "--group", "2",
             "--max-steps", "4", "--eval-every", "3", "--eval-tasks", "3",
-            "--reward", "outcome"]  # fmt: skip
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    process = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            "--reward", "outcome", "--threads", "1"]  # fmt: skip
+    process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 900  # a guard against a hang, not a speed check
     while not (out / "iter-0001" / "metrics.json").exists():
         assert process.poll() is None, process.stderr.read() if process.stderr else ""
@@ -151,7 +150,10 @@ def test_the_loop_resumes_after_being_killed(student_dir: Path, tmp_path: Path) 
     process.wait()
     first = (out / "iter-0001" / "state.pt").stat().st_mtime_ns
     runner = CliRunner(env={"TRAJFORGE_PROGRESS_EVERY": "0"})
-    resumed = runner.invoke(app, ["train", "rl", "--out", str(out), "--resume", "--json"])
+    assert read_run(out)["config"]["threads"] == 1
+    resumed = runner.invoke(
+        app, ["train", "rl", "--out", str(out), "--resume", "--threads", "1", "--json"]
+    )
     assert resumed.exit_code == 0, resumed.output
     rows = orjson.loads(resumed.stdout)["iterations"]
     assert [r["iteration"] for r in rows] == [1, 2, 3]
@@ -173,6 +175,7 @@ def test_bad_options_are_refused_with_the_flag_named(tmp_path: Path) -> None:
     refused = {
         ("--lr", "-1"): "--lr -1.0: must be greater than 0",
         ("--concurrency", "0"): "--concurrency 0: must be greater than or equal to 1",
+        ("--threads", "0"): "--threads 0: must be greater than or equal to 1",
     }
     for option, problem in refused.items():
         result = CliRunner().invoke(app, [*args, *option])

@@ -65,6 +65,14 @@ def rl_command(
         ),
     ] = 0,
     seed: Annotated[int, typer.Option("--seed", help="Task draws, sampling, updates.")] = 0,
+    threads: Annotated[
+        int | None,
+        typer.Option(
+            "--threads",
+            help="torch CPU threads (default: torch's, one per core; give 1 to each of several "
+            "runs sharing the machine). Also taken by --resume.",
+        ),
+    ] = None,
     resume: Annotated[bool, typer.Option("--resume", help="Continue the run in --out.")] = False,
     as_json: JsonOption = False,
 ) -> None:
@@ -79,6 +87,8 @@ def rl_command(
         raise UserError(f"--backend must be local or ray, not '{backend}'")
     if weighting not in ("sample", "episode"):
         raise UserError(f"--weighting must be sample or episode, not '{weighting}'")
+    if resume and threads is not None:
+        config_from_options(RLConfig, _FLAGS, threads=threads)  # refuses --threads 0
     if not resume:
         if base is None:
             raise UserError("give --base CHECKPOINT (or --resume)")
@@ -91,12 +101,13 @@ def rl_command(
             eval_tasks=eval_tasks, concurrency=concurrency, seed=seed,
             early_stop_after=early_stop_after, backend="ray" if backend == "ray" else "local",
             strategies=strategies, weighting="episode" if weighting == "episode" else "sample",
+            threads=threads,
         )  # fmt: skip
     total = config.iterations if config else RLConfig(**read_run(out)["config"]).iterations
     shown = _RLProgress(total)
     rows = train_rl(
         base, out, config, resume=resume, report=shown.row, on_episode=shown.episode,
-        on_heldout=shown.heldout,
+        on_heldout=shown.heldout, threads=threads,
     )  # fmt: skip
     if as_json:
         print_json({"out": str(out), "iterations": rows})

@@ -85,4 +85,4 @@ class RLConfig(BaseModel):
         "iteration (see train/rl/strategies.py; 0: off).",
     )
     seed: int = Field(default=0, description="Seed of task draws, sampling and updates.")
-    threads: int | None = Field(default=None, description="torch CPU threads.")
+    threads: int | None = Field(default=None, ge=1, description="torch CPU threads.")

@@ -69,11 +69,12 @@ def check_agreement(agree: Agreement, minimum: float, iteration: int) -> None:
 def train_rl(
     base: Path | None, out: Path, config: RLConfig | None = None, *, resume: bool = False,
     report: Report | None = None, on_episode: EpisodeDone | None = None,
-    on_heldout: HeldOutDone | None = None,
+    on_heldout: HeldOutDone | None = None, threads: int | None = None,
 ) -> list[dict[str, Any]]:  # fmt: skip
     """Run (or continue) the loop in `out`; returns every iteration's row. `report` gets
     each row as it is written, `on_episode` each finished rollout, `on_heldout` the count of
-    finished held-out episodes (done, total) while an evaluation runs."""
+    finished held-out episodes (done, total) while an evaluation runs. `threads` overrides
+    the config's torch threads (a resumed run may share the machine differently)."""
     import torch
 
     if resume:
@@ -83,8 +84,8 @@ def train_rl(
         raise UserError("train rl needs a base checkpoint and a config (or --resume)")
     elif ckpt.completed(out):
         raise UserError(f"{out}: already holds RL iterations; pass --resume to continue")
-    if config.threads:
-        torch.set_num_threads(config.threads)
+    if wanted := threads or config.threads:
+        torch.set_num_threads(wanted)
     loop = _Loop(base, out, config, report or (lambda row: None))
     loop.on_episode, loop.on_heldout = on_episode, on_heldout
     if resume:
