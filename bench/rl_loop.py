@@ -237,6 +237,19 @@ def at_equal_episodes(kinds: dict[str, dict]) -> dict[str, Any]:
     }
 
 
+def same_seeds_then(outcome: dict, stopping: dict) -> dict[str, Any]:
+    """The outcome arm's held-out success on the early-stop arm's seeds at its final
+    iteration (what the early-stop arm's final success is to be held against)."""
+    iteration = stopping["final_iteration"]
+    parts = [
+        row["heldout"]
+        for rows in outcome["iterations"][: len(stopping["iterations"])]
+        for row in rows
+        if row["iteration"] == iteration and "heldout" in row
+    ]
+    return {"iteration": iteration, **pooled(parts)}
+
+
 def early_stop(outcome: list[list[dict]], stopping: list[list[dict]], after: int) -> dict:
     """Episode-steps and reward per episode-step after the monitor is on, against the
     outcome arm on the same seeds and iterations (the same training tasks are drawn)."""
@@ -383,6 +396,7 @@ def main(argv: list[str] | None = None) -> int:
                 for p in sorted(args.work.glob(f"{EARLY}-seed*/monitor.json"))
             ],
             "heldout_final": {k: kinds[EARLY][k] for k in ("success", "success_ci")},
+            "outcome_same_seeds_then": same_seeds_then(kinds["outcome"], kinds[EARLY]),
         },
         EARLY: kinds[EARLY],
         "settings": {
@@ -424,6 +438,7 @@ def resummarize(path: Path, command: str) -> dict[str, Any]:
     result["early_stop"].update(
         early_stop(kinds["outcome"]["iterations"], kinds[EARLY]["iterations"], after),
         heldout_final={k: kinds[EARLY][k] for k in ("success", "success_ci")},
+        outcome_same_seeds_then=same_seeds_then(kinds["outcome"], kinds[EARLY]),
     )
     result["commands"] = [*result.get("commands", [result["command"]]), command]
     return result

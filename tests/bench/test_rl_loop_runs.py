@@ -72,3 +72,10 @@ def test_arms_of_different_lengths_meet_at_equal_episodes() -> None:
     assert (equal["outcome"]["success"], equal["process"]["success"]) == (0.4, 0.5)
     assert equal["process_minus_outcome"] == 0.1
     assert kinds["outcome"]["success"] == 0.8
+
+
+def test_early_stop_is_held_against_the_outcome_arm_on_its_seeds_then() -> None:
+    outcome = rl_loop.summarize([[_row(2, 0, 4), _row(4, 0, 8)], [_row(2, 1, 6)]], START, 8)
+    stopping = rl_loop.summarize([[_row(2, 0, 3)]], START, 8)
+    then = rl_loop.same_seeds_then(outcome, stopping)
+    assert (then["iteration"], then["success"], then["seeds"]) == (2, 0.4, 1)
