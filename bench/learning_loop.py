@@ -126,6 +126,7 @@ class LabConfig:
     batch_size: int = 16
     lr: float = 1e-3
     hidden: int = 128
+    heads: int = 4
     layers: int = 4
     max_steps: int = 20
     noise: float = 0.2
@@ -371,8 +372,8 @@ def _kept(path: Path, make: Callable[[], Any]) -> Any:
 
 def teacher_dir(config: LabConfig) -> Path:
     """Where the guided teacher of this lab configuration is kept (shared by seeds)."""
-    keys = ("train_worlds", "steps", "teacher_steps", "batch_size", "lr", "hidden", "layers")
-    keys += ("max_steps", "difficulty", "teacher_failures")
+    keys = ("train_worlds", "steps", "teacher_steps", "batch_size", "lr", "hidden", "heads")
+    keys += ("layers", "max_steps", "difficulty", "teacher_failures")
     key = orjson.dumps({k: getattr(config, k) for k in keys}, option=orjson.OPT_SORT_KEYS)
     return Path(config.work) / f"guided-teacher-{hashlib.sha256(key).hexdigest()[:10]}"
 
@@ -434,6 +435,7 @@ def train_rows(
         seed=seed,
         save_every=steps,
         hidden=config.hidden,
+        heads=config.heads,
         layers=config.layers,
         threads=1,
     )
@@ -884,8 +886,8 @@ def lab_config(args: argparse.Namespace) -> LabConfig:
         config.bf16 = cpu_has_bf16()
         if args.out == RESULTS:
             args.out = RESULTS.with_name(f"learning_loop_{args.student}.json")
-    fields = ("steps", "hidden", "batch_size", "test_worlds", "recovery_states", "lr", "work")
-    for field in (*fields, "teacher_failures", "train_worlds"):
+    fields = ("steps", "hidden", "heads", "batch_size", "test_worlds", "recovery_states", "lr")
+    for field in (*fields, "work", "teacher_failures", "train_worlds"):
         if getattr(args, field):
             setattr(config, field, getattr(args, field))
     return config
@@ -897,6 +899,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=None)
     parser.add_argument("--hidden", type=int, default=None, help="Student width.")
+    parser.add_argument("--heads", type=int, default=None, help="Student attention heads.")
     parser.add_argument("--batch-size", type=int, default=None)
     parser.add_argument(
         "--train-worlds", type=int, default=None, help="Training worlds, seeds 0 to N-1 (400)."

@@ -351,6 +351,7 @@ def student_config(args: argparse.Namespace) -> LabConfig:
         steps=args.student_steps,
         lr=args.student_lr,
         hidden=args.student_hidden,
+        heads=4,
         layers=args.student_layers,
         difficulty=STUDENT_DIFFICULTY,
         work=str(args.work),
