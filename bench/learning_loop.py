@@ -372,8 +372,10 @@ def _kept(path: Path, make: Callable[[], Any]) -> Any:
 
 def teacher_dir(config: LabConfig) -> Path:
     """Where the guided teacher of this lab configuration is kept (shared by seeds)."""
-    keys = ("train_worlds", "steps", "teacher_steps", "batch_size", "lr", "hidden", "heads")
-    keys += ("layers", "max_steps", "difficulty", "teacher_failures")
+    keys = (
+        *("train_worlds", "steps", "teacher_steps", "batch_size", "lr", "hidden", "heads"),
+        *("layers", "max_steps", "difficulty", "teacher_failures"),
+    )
     key = orjson.dumps({k: getattr(config, k) for k in keys}, option=orjson.OPT_SORT_KEYS)
     return Path(config.work) / f"guided-teacher-{hashlib.sha256(key).hexdigest()[:10]}"
 
