@@ -11,7 +11,9 @@ worlds: the first `--validation-worlds` training worlds (in-sample) and as many 
 worlds, taken from the held-out seed range at offset 800,000, far past the lab's test worlds
 (which start at offset 0), so choosing a shape here does not look at the lab's test worlds.
 The JSON result keeps the command, each run's training seconds, final loss and both
-success rates with Wilson 95% intervals, and each shape's pooled validation rate.
+success rates with Wilson 95% intervals, and each shape's pooled validation rate. A
+checkpoint already under `--work` with the same configuration and rows is scored, not
+trained again (`trained_here` false, no training seconds).
 """
 
 from __future__ import annotations
@@ -56,9 +58,11 @@ def one_run(config: LabConfig, seed: int, worlds: int) -> dict[str, Any]:
     name = f"E-{config.hidden}x{config.heads}-seed{seed}"
     out = Path(config.work) / name
     lab = Lab(config)
+    manifest = out / "trajforge.json"
+    before = manifest.stat().st_mtime_ns if manifest.is_file() else None
     started = time.monotonic()
     train_rows(config, lab.demos("teacher"), out, name, seed)
-    trained_s = time.monotonic() - started
+    trained_here = manifest.stat().st_mtime_ns != before
     student = Student(out)
     validation = held_out_tasks(HouseholdEnv(), worlds, config.difficulty, VALIDATION_OFFSET)
     losses = (out / "loss.jsonl").read_text().splitlines()
@@ -66,7 +70,8 @@ def one_run(config: LabConfig, seed: int, worlds: int) -> dict[str, Any]:
         "hidden": config.hidden,
         "heads": config.heads,
         "seed": seed,
-        "train_s": round(trained_s, 1),
+        "trained_here": trained_here,
+        "train_s": round(time.monotonic() - started, 1) if trained_here else None,
         "final_loss": orjson.loads(losses[-1])["loss"],
         "in_sample": success(student, lab.tasks[:worlds], config.max_steps),
         "validation": success(student, validation, config.max_steps),
@@ -107,7 +112,8 @@ def main(argv: list[str] | None = None) -> int:
             print(
                 f"{run['hidden']}x{run['heads']} seed {run['seed']}: validation "
                 f"{run['validation']['rate']:.3f} {run['validation']['ci']}, in-sample "
-                f"{run['in_sample']['rate']:.3f}, trained in {run['train_s']:.0f}s",
+                f"{run['in_sample']['rate']:.3f}, "
+                + (f"trained in {run['train_s']:.0f}s" if run["trained_here"] else "reused"),
                 flush=True,
             )
     result = {
