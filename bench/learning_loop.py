@@ -6,12 +6,12 @@
                                   [--resume PARTIAL] [--report PARTIAL]
                                   [--out bench/results/learning_loop.json]
 
-Students (the `tiny` preset: a ~0.7M-parameter Llama-style model trained from scratch with a
-word-level vocabulary; or, with `--student smollm2-135m`, SmolLM2-135M-Instruct fine-tuned
-with LoRA rank 16 under bf16 autocast where the CPU has bf16 units and in fp32 elsewhere
-(`--resume` does not mix the two), results in `learning_loop_smollm2-135m.json`) are
-trained at equal steps on household difficulty-1 data, one arm per
-kind of data, each with several seeds:
+Students (the `tiny` preset: a ~2.7M-parameter Llama-style model, 256 wide with 8 heads and
+4 layers, trained from scratch with a word-level vocabulary; or, with `--student
+smollm2-135m`, SmolLM2-135M-Instruct fine-tuned with LoRA rank 16 under bf16 autocast where
+the CPU has bf16 units and in fp32 elsewhere (`--resume` does not mix the two), results in
+`learning_loop_smollm2-135m.json`) are trained at equal steps on household difficulty-1 data,
+one arm per kind of data, each with several seeds:
 
 - E:   the observable teacher's successes on the training worlds;
 - E+R: plus recovery demonstrations from teacher failures (a noisy teacher's run forked at its
@@ -125,8 +125,11 @@ class LabConfig:
     steps: int = 1200
     batch_size: int = 16
     lr: float = 1e-3
-    hidden: int = 128
-    heads: int = 4
+    hidden: int = 256
+    heads: int = 8
+    """The base student's shape, twice the old width at the same head size (32): both fit
+    every training world, and on 200 validation worlds E at 256 x 8 succeeds in 0.53 of them
+    against 0.25 at 128 x 4 (2 seeds each, `bench/results/lab_base.json`)."""
     layers: int = 4
     max_steps: int = 20
     noise: float = 0.2
