@@ -1,7 +1,7 @@
 """The learning lab: what does each kind of trajforge data do to a student?
 
     python bench/learning_loop.py [--quick] [--seeds 3] [--steps 1200] [--jobs 2] [--arms E,O]
-                                  [--train-worlds 400]
+                                  [--train-worlds 400] [--hidden 256] [--heads 8]
                                   [--student tiny|smollm2-135m] [--lr LR] [--work DIR]
                                   [--resume PARTIAL] [--report PARTIAL]
                                   [--out bench/results/learning_loop.json]
