@@ -31,7 +31,7 @@ import orjson
 from learning_loop import Lab, LabConfig, train_rows
 from trajforge.envs.household import HouseholdEnv
 from trajforge.serve.student import Student
-from trajforge.train.evaluate import fresh_starts, held_out_tasks, rate, run_lockstep
+from trajforge.train.evaluate import fresh_starts, held_out_tasks, rate, run_lockstep, wilson
 
 RESULTS = Path(__file__).parent / "results" / "lab_base.json"
 VALIDATION_OFFSET = 800_000
@@ -80,12 +80,15 @@ def one_run(config: LabConfig, seed: int, worlds: int) -> dict[str, Any]:
 
 def pooled(runs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """Each shape's validation successes over its seeds."""
-    shapes: dict[str, list[bool]] = {}
+    counts: dict[str, tuple[int, int]] = {}
     for run in runs:
-        found = run["validation"]
-        outcomes = [True] * found["successes"] + [False] * (found["n"] - found["successes"])
-        shapes.setdefault(f"{run['hidden']}x{run['heads']}", []).extend(outcomes)
-    return {shape: rate(outcomes) for shape, outcomes in shapes.items()}
+        shape = f"{run['hidden']}x{run['heads']}"
+        successes, n = counts.get(shape, (0, 0))
+        counts[shape] = (successes + run["validation"]["successes"], n + run["validation"]["n"])
+    return {
+        shape: {"n": n, "successes": k, "rate": round(k / n, 4), "ci": list(wilson(k, n))}
+        for shape, (k, n) in counts.items()
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -117,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
                 flush=True,
             )
     result = {
-        "command": "python bench/lab_base.py " + " ".join(argv or sys.argv[1:]),
+        "command": "python bench/lab_base.py " + " ".join(sys.argv[1:] if argv is None else argv),
         "validation_offset": VALIDATION_OFFSET,
         "config": {k: v for k, v in base.__dict__.items() if k not in ("hidden", "heads")},
         "runs": runs,
