@@ -56,7 +56,7 @@ from trajforge.models.openai_compat import (
 from trajforge.openai_wire import to_message
 from trajforge.rollout.episode import Limits, run_episode
 from trajforge.schema import Message
-from trajforge.serve.prefix_cache import DEFAULT_TOKENS
+from trajforge.serve.prefix_cache import DEFAULT_MB
 from trajforge.serve.student import Student
 from trajforge.train.rl import rollouts
 from trajforge.train.rl.rollouts import RolloutService
@@ -65,8 +65,8 @@ from trajforge.train.sft import SFTConfig, StepDone, train_sft
 
 GOAL = 10.0
 RESULTS = Path(__file__).parent / "results" / "rl_throughput.json"
-PATHS = {"today": 0, "new": DEFAULT_TOKENS}
-"""Each path's `serve --prefix-cache` tokens."""
+PATHS = {"today": 0, "new": DEFAULT_MB}
+"""Each path's `serve --prefix-cache` megabytes."""
 
 
 class TypedClient(OpenAICompatibleModel):
@@ -190,7 +190,7 @@ def flops_per_token(student: Student, mean_context: float) -> float:
 def run_path(name: str, base: Path, work: Path, jobs: list, args, rate: float) -> dict:
     db = work / f"{name}.db"
     client = TypedClient if name == "today" else OpenAICompatibleModel
-    with RolloutService(base, db, prefix_cache_tokens=PATHS[name]) as service, \
+    with RolloutService(base, db, prefix_cache_mb=PATHS[name]) as service, \
             episodes_calling(client):  # fmt: skip
         meter = Meter(service.served.student)
         model = OpenAIModelConfig(

@@ -8,6 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+import torch
 
 from trajforge.agents.llm import LLMPolicy
 from trajforge.envs.household import HouseholdEnv, task_for
@@ -22,8 +23,8 @@ from trajforge.serve.student import Student
 SEEDS = (1_000_000, 1_000_001, 1_000_002, 1_000_003)
 
 
-def _episodes(student: Student, cache_tokens: int, seeds=SEEDS, steps: int = 5) -> list:
-    config = ServeConfig(max_wait_ms=20, prefix_cache_tokens=cache_tokens)
+def _episodes(student: Student, cache_mb: float, seeds=SEEDS, steps: int = 5) -> list:
+    config = ServeConfig(max_wait_ms=20, prefix_cache_mb=cache_mb)
     served = StudentApp(student, config)
     server = BackgroundServer(served.app).start()
     model = OpenAIModelConfig(
@@ -58,7 +59,7 @@ def _same_answers(cached: list[dict], plain: list[dict]) -> None:
 
 def test_cached_sessions_answer_as_uncached_ones(student_dir: Path) -> None:
     student = Student(student_dir)
-    cached, plain = _episodes(student, 4096), _episodes(student, 0)
+    cached, plain = _episodes(student, 16), _episodes(student, 0)
     _same_answers(cached, plain)
     reused = [a["usage"]["prompt_tokens_details"]["cached_tokens"] for a in cached]
     assert sum(reused) > sum(a["usage"]["prompt_tokens"] for a in cached) / 2
@@ -66,21 +67,27 @@ def test_cached_sessions_answer_as_uncached_ones(student_dir: Path) -> None:
     assert all(a["usage"]["prompt_tokens_details"]["cached_tokens"] == 0 for a in plain)
 
 
-def test_lookup_reuses_the_longest_shared_prefix_and_evicts_by_tokens() -> None:
-    cache = PrefixCache(max_tokens=6 * BLOCK)
+def _entry(tokens: list[int]) -> Entry:
+    """An entry whose states take 8 bytes a token (one float32 key and value, one layer)."""
+    return Entry(tokens, [torch.zeros(1, len(tokens), 1)], [torch.zeros(1, len(tokens), 1)])
+
+
+def test_lookup_reuses_the_longest_shared_prefix_and_evicts_by_bytes() -> None:
+    cache = PrefixCache(max_bytes=8 * 6 * BLOCK)
     opening = list(range(2 * BLOCK + 3))
-    first = Entry([*opening, 7, 7, 7], [], [])
-    second = Entry([*opening, 8, 8], [], [])
+    first = _entry([*opening, 7, 7, 7])
+    second = _entry([*opening, 8, 8])
     cache.store(first)
     cache.store(second)
     hit = cache.lookup([*opening, 8, 8, 9])
     assert (hit.length, hit.entry) == (len(opening) + 2, second)
     assert cache.lookup(second.tokens).length == len(second.tokens) - 1  # one token left to feed
-    longer = Entry([*second.tokens, 9, *range(100, 100 + BLOCK)], [], [])
+    longer = _entry([*second.tokens, 9, *range(100, 100 + BLOCK)])
     cache.store(longer, source=second)  # extends all of `second`: replaces it
     assert len(cache) == 2 and cache.held_tokens == len(first.tokens) + len(longer.tokens)
-    cache.store(Entry(list(range(500, 500 + 2 * BLOCK)), [], []))  # over the budget
-    assert cache.held_tokens <= 6 * BLOCK
+    assert cache.held_bytes == 8 * cache.held_tokens
+    cache.store(_entry(list(range(500, 500 + 2 * BLOCK))))  # over the budget
+    assert cache.held_bytes <= 8 * 6 * BLOCK
     hit = cache.lookup([*first.tokens, 1])  # the least recently used went first: only the
     assert (hit.length, hit.entry) == (len(opening), longer)  # opening it shares is left
     assert cache.lookup([*longer.tokens, 1]).entry is longer

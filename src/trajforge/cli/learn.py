@@ -22,7 +22,7 @@ from trajforge.cli.common import (
 from trajforge.cli.options import Endpoint, Offer, RunFilter, StrategyFlags, option_sets
 from trajforge.errors import UserError
 from trajforge.progress import ProgressLines
-from trajforge.serve.prefix_cache import DEFAULT_TOKENS as DEFAULT_PREFIX_TOKENS
+from trajforge.serve.prefix_cache import DEFAULT_MB as DEFAULT_PREFIX_MB
 from trajforge.serve.request import DEFAULT_MAX_TOKENS, MAX_BODY_BYTES
 
 if TYPE_CHECKING:
@@ -180,13 +180,14 @@ def serve_command(
         ),
     ] = DEFAULT_MAX_TOKENS,
     prefix_cache: Annotated[
-        int,
+        float,
         typer.Option(
             "--prefix-cache",
             min=0,
-            help="Tokens of served sequences kept for reuse by requests that extend them (0: off).",
+            help="Megabytes of served sequences' key/value states kept for reuse by requests "
+            "that extend them (0: off).",
         ),
-    ] = DEFAULT_PREFIX_TOKENS,
+    ] = DEFAULT_PREFIX_MB,
     bf16: Annotated[
         bool, typer.Option("--bf16", help="Weights in bfloat16 (faster on CPUs with bf16).")
     ] = False,
@@ -212,7 +213,7 @@ def serve_command(
         max_wait_ms=max_wait_ms,
         max_body_bytes=int(max_body_mb * 2**20),
         max_tokens=max_tokens,
-        prefix_cache_tokens=prefix_cache,
+        prefix_cache_mb=prefix_cache,
     )
     app = StudentApp(Student(checkpoint, bf16=bf16), config)
     add_reload_route(app, reload_token or None)

@@ -39,7 +39,7 @@ from pydantic import BaseModel, Field
 
 from trajforge.models.mock_answers import Answer, chat_body
 from trajforge.openai_wire import error_body
-from trajforge.serve.prefix_cache import DEFAULT_TOKENS, PrefixCache
+from trajforge.serve.prefix_cache import DEFAULT_MB, PrefixCache
 from trajforge.serve.request import (
     DEFAULT_MAX_TOKENS,
     MAX_BODY_BYTES,
@@ -69,11 +69,11 @@ class ServeConfig(BaseModel):
         description="New tokens for a request that sets no limit; a request's own limit is "
         "capped at 8 times this.",
     )
-    prefix_cache_tokens: int = Field(
-        default=DEFAULT_TOKENS,
+    prefix_cache_mb: float = Field(
+        default=DEFAULT_MB,
         ge=0,
-        description="Tokens of served sequences whose key/value states are kept for reuse by "
-        "later requests that extend them (0: no prefix cache).",
+        description="Megabytes of served sequences' key/value states kept for reuse by later "
+        "requests that extend them (0: no prefix cache).",
     )
 
 
@@ -155,7 +155,7 @@ class StudentApp:
         """Serve `student` from now on, with an empty prefix cache (the cached states are
         those of the weights that computed them; a batch still running keeps its own)."""
         self.student = student
-        size = self.config.prefix_cache_tokens
+        size = int(self.config.prefix_cache_mb * 2**20)
         self.prefix_cache = PrefixCache(size) if size else None
 
     def _add_error_handlers(self) -> None:

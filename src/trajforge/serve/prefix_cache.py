@@ -15,10 +15,12 @@ a hash collision can never reuse a wrong state). Any prefix of an entry can be r
 not only the whole entry: a session whose prompt re-renders its last answer slightly
 differently, or the sessions of one task that share their opening, reuse what they share.
 
-The cache is bounded by the tokens it holds (`max_tokens`): the least recently used entries
-are dropped first, and a stored sequence that extends the entry it was decoded from replaces
-it. Its states are those of the weights that computed them: a server that swaps its weights
-starts a new cache.
+The cache is bounded by the memory its states take (`max_bytes`; a token costs two vectors
+per layer, 4 KB for the tiny student and 46 KB for SmolLM2-135M in float32, so a budget in
+bytes holds as many turns of either as fit): the least recently used entries are dropped
+first, and a stored sequence that extends the entry it was decoded from replaces it. Its
+states are those of the weights that computed them: a server that swaps its weights starts a
+new cache.
 """
 
 from __future__ import annotations
@@ -30,8 +32,8 @@ from typing import Any
 
 BLOCK = 16
 """Tokens per hashed block of the index."""
-DEFAULT_TOKENS = 32768
-"""Tokens held at most by default (SmolLM2-135M: 46 KB of float32 states per token)."""
+DEFAULT_MB = 1024
+"""Megabytes of key/value states held at most by default."""
 
 
 @dataclass(eq=False)
@@ -42,6 +44,10 @@ class Entry:
     keys: list[Any]
     values: list[Any]
     hashes: list[int] = field(default_factory=list)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(int(s.nbytes) for s in (*self.keys, *self.values))
 
 
 @dataclass
@@ -90,18 +96,15 @@ def common_length(a: Sequence[int], b: Sequence[int], start: int = 0) -> int:
 
 
 class PrefixCache:
-    """An LRU of served sequences' key/value states, bounded by tokens (module docstring)."""
+    """An LRU of served sequences' key/value states, bounded by bytes (module docstring)."""
 
-    def __init__(self, max_tokens: int = DEFAULT_TOKENS) -> None:
-        self.max_tokens = max_tokens
+    def __init__(self, max_bytes: int = DEFAULT_MB * 2**20) -> None:
+        self.max_bytes = max_bytes
         self.stats = CacheStats()
         self._entries: OrderedDict[int, Entry] = OrderedDict()
         self._index: dict[int, dict[int, Entry]] = {}
-        self._held = 0
-
-    @property
-    def held_tokens(self) -> int:
-        return self._held
+        self.held_tokens = 0
+        self.held_bytes = 0
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -138,7 +141,8 @@ class PrefixCache:
     def store(self, entry: Entry, source: Entry | None = None) -> None:
         """Keep `entry` (the newest); drop `source`, the entry it was decoded from, when
         `entry` extends all of it."""
-        if not self.max_tokens or len(entry.tokens) > self.max_tokens:
+        size = entry.nbytes
+        if not self.max_bytes or size > self.max_bytes:
             return
         if source is not None and self._replaces(entry, source):
             self._drop(source)
@@ -146,8 +150,9 @@ class PrefixCache:
         for value in entry.hashes:
             self._index.setdefault(value, {})[id(entry)] = entry
         self._entries[id(entry)] = entry
-        self._held += len(entry.tokens)
-        while self._held > self.max_tokens:
+        self.held_tokens += len(entry.tokens)
+        self.held_bytes += size
+        while self.held_bytes > self.max_bytes:
             self._drop(next(iter(self._entries.values())))
 
     def _replaces(self, entry: Entry, source: Entry) -> bool:
@@ -156,7 +161,8 @@ class PrefixCache:
 
     def _drop(self, entry: Entry) -> None:
         del self._entries[id(entry)]
-        self._held -= len(entry.tokens)
+        self.held_tokens -= len(entry.tokens)
+        self.held_bytes -= entry.nbytes
         for value in entry.hashes:
             holders = self._index.get(value, {})
             holders.pop(id(entry), None)

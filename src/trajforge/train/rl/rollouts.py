@@ -43,7 +43,7 @@ from trajforge.proxy.session import trajectory_id
 from trajforge.rollout.episode import Limits, run_episode
 from trajforge.schema import Task, Trajectory
 from trajforge.serve.app import ServeConfig, StudentApp
-from trajforge.serve.prefix_cache import DEFAULT_TOKENS
+from trajforge.serve.prefix_cache import DEFAULT_MB
 from trajforge.serve.reload import (
     RELOAD_PATH,
     add_reload_route,
@@ -150,12 +150,10 @@ class RolloutService:
 
     def __init__(
         self, checkpoint: Path, db: Path, max_batch: int = 64,
-        prefix_cache_tokens: int = DEFAULT_TOKENS, backend: Backend = "local",
+        prefix_cache_mb: float = DEFAULT_MB, backend: Backend = "local",
     ) -> None:  # fmt: skip
         self.backend = backend
-        config = ServeConfig(
-            max_batch=max_batch, max_wait_ms=5.0, prefix_cache_tokens=prefix_cache_tokens
-        )
+        config = ServeConfig(max_batch=max_batch, max_wait_ms=5.0, prefix_cache_mb=prefix_cache_mb)
         self.served = StudentApp(Student(checkpoint), config)
         self._reload_token = new_reload_token()
         add_reload_route(self.served, self._reload_token)
