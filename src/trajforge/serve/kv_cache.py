@@ -25,8 +25,9 @@ MIN_ROOM = 64
 class _Buffer:
     """States `[batch, heads, capacity, dim]` of which the first `length` tokens are held."""
 
-    def __init__(self, states: Any) -> None:
-        self.data, self.length = states, states.shape[-2]
+    def __init__(self, states: Any, length: int | None = None) -> None:
+        self.data = states
+        self.length = states.shape[-2] if length is None else length
 
     @property
     def held(self) -> Any:
@@ -62,6 +63,12 @@ class GrowingLayer(DynamicLayer):
     keys = property(lambda self: self._get("keys"), lambda self, s: self._set("keys", s))
     values = property(lambda self: self._get("values"), lambda self, s: self._set("values", s))
 
+    def adopt(self, keys: Any, values: Any, length: int) -> None:
+        """Hold the first `length` tokens of `keys` and `values` (`[batch, heads, capacity,
+        dim]`), the rest being room to append into, without copying them."""
+        self.lazy_initialization(keys, values)
+        self._buffers = {"keys": _Buffer(keys, length), "values": _Buffer(values, length)}
+
     def update(self, key_states: Any, value_states: Any, *args: Any, **kwargs: Any) -> Any:
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
@@ -73,11 +80,18 @@ class GrowingLayer(DynamicLayer):
         return self.keys, self.values
 
 
-def growing_cache(layers: int, states: Sequence[tuple[Any, Any]] = ()) -> Cache:
-    """A cache of `layers` growing layers, filled with `states` (keys, values per layer)."""
+def growing_cache(
+    layers: int, states: Sequence[tuple[Any, Any]] = (), length: int | None = None
+) -> Cache:
+    """A cache of `layers` growing layers holding `states` (keys, values per layer): their
+    first `length` tokens, the rest of each buffer being room (all of them without
+    `length`: then they are copied into buffers of their own)."""
     grown = [GrowingLayer() for _ in range(layers)]
     for layer, (keys, values) in zip(grown, states, strict=False):
-        layer.update(keys, values)
+        if length is None:
+            layer.update(keys, values)
+        else:
+            layer.adopt(keys, values, length)
     return Cache(layers=list[Any](grown))
 
 

@@ -243,8 +243,9 @@ class _Batch:
         return cls(student, cache, mask, torch.full((rows,), -1, dtype=torch.long))
 
     @classmethod
-    def reusing(cls, student: Student, hits: Sequence[Hit]) -> _Batch:
-        """A batch whose rows start with the cached states of their hits (left-padded)."""
+    def reusing(cls, student: Student, hits: Sequence[Hit], room: int = 0) -> _Batch:
+        """A batch whose rows start with the cached states of their hits (left-padded),
+        written straight into buffers with `room` more tokens to append before growing."""
         import torch
 
         from trajforge.serve.kv_cache import growing_cache
@@ -254,10 +255,12 @@ class _Batch:
             return cls.empty(student, len(hits))
         layers = []
         for layer in range(len(next(h.entry for h in hits if h.entry and h.length).keys)):
-            layers.append(tuple(_stack(hits, width, layer, kind) for kind in ("keys", "values")))
+            layers.append(
+                tuple(_stack(hits, width, room, layer, kind) for kind in ("keys", "values"))
+            )
         mask = torch.tensor([[0] * (width - h.length) + [1] * h.length for h in hits])
         last = torch.tensor([h.length - 1 for h in hits])
-        return cls(student, growing_cache(len(layers), layers), mask, last)
+        return cls(student, growing_cache(len(layers), layers, length=width), mask, last)
 
     def feed(self, segments: Sequence[Sequence[int]]) -> Any:
         """Feed each row its segment (at least one token each); the next-token logprobs.
@@ -325,14 +328,17 @@ def _shared_length(segments: Sequence[Sequence[int]]) -> int:
     return min(limit, *(common_length(segments[0], s) for s in segments[1:]))
 
 
-def _stack(hits: Sequence[Hit], width: int, layer: int, kind: str) -> Any:
-    """One layer's keys (or values) of the hits' entries, left-padded to `width` tokens."""
+def _stack(hits: Sequence[Hit], width: int, room: int, layer: int, kind: str) -> Any:
+    """One layer's keys (or values) of the hits' entries, left-padded to `width` tokens, in a
+    buffer of `width + room` (padding zeroed: masked states must still be finite)."""
     sample = getattr(next(h.entry for h in hits if h.entry and h.length), kind)[layer]
     heads, _, dim = sample.shape
-    out = sample.new_zeros(len(hits), heads, width, dim)
+    out = sample.new_empty(len(hits), heads, width + room, dim)
     for row, hit in enumerate(hits):
+        start = width - hit.length
+        out[row, :, :start] = 0
         if hit.entry is not None and hit.length:
-            out[row, :, width - hit.length :] = getattr(hit.entry, kind)[layer][:, : hit.length]
+            out[row, :, start:width] = getattr(hit.entry, kind)[layer][:, : hit.length]
     return out
 
 
@@ -430,7 +436,8 @@ def _decode(
     """Decode a batch, each prompt fed from its longest cached prefix on; every row's
     sequence (prompt and the generated tokens fed back) is then kept in `cache`."""
     hits = [cache.lookup(p) for p in prompts] if cache is not None else [Hit() for _ in prompts]
-    batch = _Batch.reusing(student, hits)
+    new = max(len(p) - h.length for p, h in zip(prompts, hits, strict=True))
+    batch = _Batch.reusing(student, hits, room=new + sampling.max_new)
     logprobs = batch.feed([p[h.length :] for p, h in zip(prompts, hits, strict=True)])
     fed = [list(p) for p in prompts]
     tokens, scores = _sample_loop(batch, logprobs, fed, sampling)
