@@ -11,17 +11,19 @@ each an `llm`-policy episode whose every turn goes through the recording proxy t
 `trajforge serve` with the tiny student. The two paths run the same jobs in the same
 process, one after the other:
 
-- **today**: the path as it was when the goal was set: `serve` without a prefix cache
+- **today**: the path as it was when the goal was set: `serve` on a thread of the rollouts'
+  own process (`ThreadServer`, kept here as that baseline) without a prefix cache
   (`--prefix-cache 0`: every request re-encodes its whole conversation), and episodes whose
   model client calls the openai SDK's typed `chat.completions.create` over a connection pool
-  of its own (`TypedClient`, kept here as that baseline);
-- **new**: today's code: `serve` with its prefix cache (a request feeds only what its
-  conversation added since its last turn, or since the opening its group shares), and the
-  client that sends the request as JSON through one shared pool.
+  of its own (`TypedClient`, kept here too);
+- **new**: today's code: `serve` in a process of its own (`ServeProcess`), with its prefix
+  cache (a request feeds only what its conversation added since its last turn, or since the
+  opening its group shares), and the client that sends the request as JSON through one
+  shared pool.
 
 Each path reports episodes/s, generated tokens/s, the prompt tokens fed to the model and
-the share of wall time spent inside the model (`Student.generate`, measured around each
-batch), and the bound: the model's FLOPs per token (2 × parameters, plus attention over the
+the share of wall time spent inside the model (`Student.generate`, as the server's `/stats`
+count it), and the bound: the model's FLOPs per token (2 × parameters, plus attention over the
 mean context) times the tokens the path fed, over the matmul rate of this CPU measured here
 (a 512 × 512 float32 product on the server's threads), as episodes/s. The last line is
 `ratio new / today: N.Nx (episodes/s)`; below the 10× goal, the breakdown of where the time
@@ -37,8 +39,8 @@ import contextlib
 import os
 import sys
 import tempfile
-import threading
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 import orjson
@@ -53,10 +55,13 @@ from trajforge.models.openai_compat import (
     call_record,
     message_to_openai,
 )
+from trajforge.models.serve import BackgroundServer
 from trajforge.openai_wire import to_message
 from trajforge.rollout.episode import Limits, run_episode
 from trajforge.schema import Message
+from trajforge.serve.app import ServeConfig, StudentApp
 from trajforge.serve.prefix_cache import DEFAULT_MB
+from trajforge.serve.reload import add_reload_route
 from trajforge.serve.student import Student
 from trajforge.train.rl import rollouts
 from trajforge.train.rl.rollouts import RolloutService
@@ -131,35 +136,29 @@ def train_student(work: Path, worlds: int, steps: int) -> Path:
     return out
 
 
-class Meter:
-    """Wraps a served student's `generate`: time inside the model, tokens fed and generated."""
+class ThreadServer:
+    """`serve` on a thread of the rollouts' own process, as `RolloutService` ran it when the
+    goal was set (the baseline of the `today` path); the same `start`, `stop`, `url` and
+    `stats` as the `ServeProcess` that replaced it."""
 
-    def __init__(self, student: Student) -> None:
-        self.seconds = 0.0
-        self.batches = 0
-        self.requests = 0
-        self.fed_prompt = 0
-        self.cached = 0
-        self.generated = 0
-        self.context = 0
-        self._lock = threading.Lock()
-        original = student.generate
+    def __init__(self, base: Path, config: ServeConfig, reload_token: str) -> None:
+        self.served = StudentApp(Student(base), config)
+        add_reload_route(self.served, reload_token)
+        self._server = BackgroundServer(self.served.app)
 
-        def generate(prompts, *args, **kwargs):
-            started = time.perf_counter()
-            out = original(prompts, *args, **kwargs)
-            with self._lock:
-                self.seconds += time.perf_counter() - started
-                self.batches += 1
-                self.requests += len(out)
-                for g in out:
-                    self.fed_prompt += len(g.prompt_ids) - g.cached_tokens
-                    self.cached += g.cached_tokens
-                    self.generated += len(g.token_ids)
-                    self.context += len(g.prompt_ids) + len(g.token_ids) // 2
-            return out
+    def start(self) -> ThreadServer:
+        self._server.start()
+        return self
 
-        student.generate = generate  # type: ignore[method-assign]
+    def stop(self) -> None:
+        self._server.stop()
+
+    @property
+    def url(self) -> str:
+        return self._server.url
+
+    def stats(self) -> dict:
+        return asdict(self.served.stats)
 
 
 def matmul_rate(size: int = 512, repeats: int = 20) -> float:
@@ -190,9 +189,10 @@ def flops_per_token(student: Student, mean_context: float) -> float:
 def run_path(name: str, base: Path, work: Path, jobs: list, args, rate: float) -> dict:
     db = work / f"{name}.db"
     client = TypedClient if name == "today" else OpenAICompatibleModel
-    with RolloutService(base, db, prefix_cache_mb=PATHS[name]) as service, \
-            episodes_calling(client):  # fmt: skip
-        meter = Meter(service.served.student)
+    service = RolloutService(base, db, prefix_cache_mb=PATHS[name])
+    if name == "today":
+        service.server = ThreadServer(base, service.server.config, service.server.reload_token)
+    with service, episodes_calling(client):
         model = OpenAIModelConfig(
             base_url="http://unused", model="student", api_key="local", logprobs=True,
             temperature=1.0, max_tokens=16, max_retries=0,
@@ -200,24 +200,25 @@ def run_path(name: str, base: Path, work: Path, jobs: list, args, rate: float) -
         named = [(f"{name}-{session}", group, task) for session, group, task in jobs]
         episodes, stats = service.run(named, Limits(max_steps=args.max_steps), model,
                                       args.concurrency)  # fmt: skip
-        student = service.served.student
+        served = service.server.stats()
     wall = stats.seconds
-    fed = meter.fed_prompt + meter.generated
-    flops = flops_per_token(student, meter.context / max(1, meter.requests)) * fed
-    bound_s = flops / rate
+    fed_prompt = served["prompt_tokens"] - served["cached_tokens"]
+    generated = served["generated_tokens"]
+    mean_context = (served["prompt_tokens"] + generated / 2) / max(1, served["requests"])
+    bound_s = flops_per_token(Student(base), mean_context) * (fed_prompt + generated) / rate
     row = {
         "episodes": stats.episodes,
         "seconds": round(wall, 2),
         "episodes_per_s": round(stats.episodes / wall, 2),
-        "generated_tokens": meter.generated,
-        "generated_tokens_per_s": round(meter.generated / wall, 1),
-        "requests": meter.requests,
-        "batches": meter.batches,
-        "mean_batch": round(meter.requests / max(1, meter.batches), 2),
-        "prompt_tokens_fed": meter.fed_prompt,
-        "prompt_tokens_cached": meter.cached,
-        "model_s": round(meter.seconds, 2),
-        "model_share": round(meter.seconds / wall, 3),
+        "generated_tokens": generated,
+        "generated_tokens_per_s": round(generated / wall, 1),
+        "requests": served["requests"],
+        "batches": served["batches"],
+        "mean_batch": round(served["requests"] / max(1, served["batches"]), 2),
+        "prompt_tokens_fed": fed_prompt,
+        "prompt_tokens_cached": served["cached_tokens"],
+        "model_s": round(served["model_seconds"], 2),
+        "model_share": round(served["model_seconds"] / wall, 3),
         "model_error_episodes": stats.model_errors,
         "unrecorded_episodes": stats.unrecorded,
         "success": round(sum(bool(e.run.outcome.success) for e in episodes) / len(episodes), 3),
@@ -227,7 +228,7 @@ def run_path(name: str, base: Path, work: Path, jobs: list, args, rate: float) -
     print(f"{name}: {row['episodes']} episodes in {wall:.1f} s, {row['episodes_per_s']} "
           f"episodes/s, {row['generated_tokens_per_s']} generated tokens/s; "
           f"{row['requests']} requests in {row['batches']} batches (mean {row['mean_batch']}); "
-          f"prompt tokens fed {meter.fed_prompt}, cached {meter.cached}; model "
+          f"prompt tokens fed {fed_prompt}, cached {served['cached_tokens']}; model "
           f"{row['model_s']} s ({row['model_share']:.0%} of wall); bound "
           f"{row['bound_episodes_per_s']} episodes/s", flush=True)  # fmt: skip
     return row

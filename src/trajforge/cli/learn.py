@@ -200,8 +200,15 @@ def serve_command(
             "without one, reloads are refused.",
         ),
     ] = None,
+    threads: Annotated[
+        int | None,
+        typer.Option(
+            "--threads", min=1, help="torch CPU threads (default: torch's, one per core)."
+        ),
+    ] = None,
 ) -> None:
     """Serve a checkpoint as an OpenAI-compatible chat model (tool calls, token ids, logprobs)."""
+    import torch
     import uvicorn
 
     from trajforge.serve.app import ServeConfig, StudentApp
@@ -215,6 +222,8 @@ def serve_command(
         max_tokens=max_tokens,
         prefix_cache_mb=prefix_cache,
     )
+    if threads:
+        torch.set_num_threads(threads)
     app = StudentApp(Student(checkpoint, bf16=bf16), config)
     add_reload_route(app, reload_token or None)
     err_console.print(

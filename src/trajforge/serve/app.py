@@ -5,7 +5,10 @@ generated tokens, arguments as JSON strings), `finish_reason`, `usage`, the vLLM
 fields the proxy and the RL export read (`prompt_token_ids` at the top, `token_ids` in the
 choice) and, when asked (`logprobs: true`), `choices[].logprobs.content` with the model's own
 log-probabilities. `stream: true` sends each token as it is generated (server-sent events,
-`trajforge.serve.stream`). `GET /v1/models` lists the checkpoint.
+`trajforge.serve.stream`). `GET /v1/models` lists the checkpoint; `GET /stats` counts what
+the server has done since it started (`ServeStats`: batches, requests, prompt tokens fed and
+taken from the cache, generated tokens, seconds inside the model) and names the served
+checkpoint and its codec (`codec_identity`).
 
 Concurrent requests are batched: requests wait at most `max_wait_ms` for company, then all
 waiting requests with the same sampling settings (up to `max_batch`) are decoded together by
@@ -26,9 +29,10 @@ import asyncio
 import hashlib
 import itertools
 import logging
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import orjson
@@ -48,7 +52,14 @@ from trajforge.serve.request import (
     parse_chat_request,
 )
 from trajforge.serve.stream import TokenStream, sse_events
-from trajforge.serve.student import Generated, Student, TokenSink, answer_message, finish_reason
+from trajforge.serve.student import (
+    Generated,
+    Student,
+    TokenSink,
+    answer_message,
+    codec_identity,
+    finish_reason,
+)
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +86,28 @@ class ServeConfig(BaseModel):
         description="Megabytes of served sequences' key/value states kept for reuse by later "
         "requests that extend them (0: no prefix cache).",
     )
+
+
+@dataclass
+class ServeStats:
+    """What a server has done since it started (`GET /stats`)."""
+
+    batches: int = 0
+    requests: int = 0
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    """Prompt tokens whose states came from the prefix cache (not fed to the model)."""
+    generated_tokens: int = 0
+    model_seconds: float = 0.0
+    """Wall time inside `Student.generate`."""
+
+    def count(self, generated: list[Generated], seconds: float) -> None:
+        self.batches += 1
+        self.requests += len(generated)
+        self.prompt_tokens += sum(len(g.prompt_ids) for g in generated)
+        self.cached_tokens += sum(g.cached_tokens for g in generated)
+        self.generated_tokens += sum(len(g.token_ids) for g in generated)
+        self.model_seconds += seconds
 
 
 class _JSON(Response):
@@ -143,12 +176,14 @@ class StudentApp:
         self.max_batch = self.config.max_batch
         self.max_wait_s = self.config.max_wait_ms / 1000
         self.batches: list[int] = []
+        self.stats = ServeStats()
         self._queue: asyncio.Queue[_Pending] | None = None
         self._ids = itertools.count(1)
         self._worker: asyncio.Task | None = None
         self.app = FastAPI(title="trajforge student server", lifespan=self._lifespan)
         self.app.post("/v1/chat/completions")(self.chat_completions)
         self.app.get("/v1/models")(self.models)
+        self.app.get("/stats")(self.stats_answer)
         self._add_error_handlers()
 
     def use(self, student: Student) -> None:
@@ -215,6 +250,10 @@ class StudentApp:
         entry = {"id": self.student.name, "object": "model", "created": 0, "owned_by": "trajforge"}
         return _JSON({"object": "list", "data": [entry]})
 
+    async def stats_answer(self) -> Response:
+        served = {"checkpoint": self.student.name, "codec": codec_identity(self.student)}
+        return _JSON({**served, **asdict(self.stats)})
+
     async def _batch_loop(self) -> None:
         queue = self.queue
         while True:
@@ -245,10 +284,12 @@ class StudentApp:
         self.batches.append(len(items))
         seeds = [item.sampling_seed(self._ids) for item in items]
         student, cache = self.student, self.prefix_cache
+        started = time.perf_counter()
         generated = await asyncio.to_thread(
             student.generate, [i.prompt for i in items], max_tokens, temperature, seeds, cache,
             _token_sink(items, asyncio.get_running_loop()),
         )  # fmt: skip
+        self.stats.count(generated, time.perf_counter() - started)
         for item, gen in zip(items, generated, strict=True):
             answer = self._answer(student, item, gen)
             if item.arrivals is not None:

@@ -18,7 +18,6 @@ token refuses every reload (403).
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import hmac
 import secrets
 from pathlib import Path
@@ -30,16 +29,10 @@ from fastapi.responses import Response
 from trajforge.errors import UserError
 from trajforge.serve.app import StudentApp
 from trajforge.serve.request import BadRequest, json_object
-from trajforge.serve.student import Student
+from trajforge.serve.student import Student, codec_identity
 
 RELOAD_PATH = "/admin/reload"
 MIN_TOKEN_CHARS = 16
-
-
-def codec_identity(student: Student) -> str:
-    """A short fingerprint of the student's tokenizer and chat template."""
-    blob = orjson.dumps(student.codec.to_json(), option=orjson.OPT_SORT_KEYS)
-    return hashlib.sha256(blob).hexdigest()[:16]
 
 
 def new_reload_token() -> str:

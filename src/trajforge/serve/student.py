@@ -17,6 +17,7 @@ its prompt's longest served prefix and only the rest is fed (`_Batch.reusing`).
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -174,6 +175,12 @@ class Student:
             logprobs = torch.log_softmax(logits.float(), dim=-1)
         picked = logprobs.gather(1, torch.tensor(list(completion_ids)).unsqueeze(1))
         return [float(x) for x in picked.squeeze(1)]
+
+
+def codec_identity(student: Student) -> str:
+    """A short fingerprint of the student's tokenizer and chat template."""
+    blob = orjson.dumps(student.codec.to_json(), option=orjson.OPT_SORT_KEYS)
+    return hashlib.sha256(blob).hexdigest()[:16]
 
 
 def serving_context(manifest: dict[str, Any], model: Any) -> int:

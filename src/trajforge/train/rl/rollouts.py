@@ -35,23 +35,16 @@ from trajforge.envs.household import HouseholdEnv
 from trajforge.errors import UserError
 from trajforge.export.rl import rl_samples
 from trajforge.models.openai_compat import OpenAICompatibleModel, OpenAIModelConfig
-from trajforge.models.serve import BackgroundServer
-from trajforge.processes import ray_session
+from trajforge.processes import ray_session, usable_cores
 from trajforge.proxy import ProxyConfig, ProxyServer
 from trajforge.proxy.config import MonitorStopConfig
 from trajforge.proxy.session import trajectory_id
 from trajforge.rollout.episode import Limits, run_episode
 from trajforge.schema import Task, Trajectory
-from trajforge.serve.app import ServeConfig, StudentApp
+from trajforge.serve.app import ServeConfig
 from trajforge.serve.prefix_cache import DEFAULT_MB
-from trajforge.serve.reload import (
-    RELOAD_PATH,
-    add_reload_route,
-    codec_identity,
-    new_reload_token,
-    reload_headers,
-)
-from trajforge.serve.student import Student
+from trajforge.serve.process import ServeProcess
+from trajforge.serve.reload import RELOAD_PATH, new_reload_token, reload_headers
 from trajforge.store import Store
 from trajforge.train.rl.early_stop import stopped
 
@@ -146,24 +139,33 @@ def episode_seed(seed: int, index: int) -> int:
 
 
 class RolloutService:
-    """`trajforge serve` for a checkpoint and `trajforge proxy` in front of it, on loopback."""
+    """`trajforge serve` for a checkpoint, in a process of its own (`ServeProcess`: the
+    decoding then never waits for the episodes' interpreter lock), and `trajforge proxy` in
+    front of it, on loopback. The server's log is kept beside the store (`*.serve.log`);
+    `serve_threads` are its torch threads (default: half the usable cores, the other half
+    left to the episodes and the proxy)."""
 
     def __init__(
         self, checkpoint: Path, db: Path, max_batch: int = 64,
         prefix_cache_mb: float = DEFAULT_MB, backend: Backend = "local",
+        serve_threads: int | None = None,
     ) -> None:  # fmt: skip
         self.backend = backend
         config = ServeConfig(max_batch=max_batch, max_wait_ms=5.0, prefix_cache_mb=prefix_cache_mb)
-        self.served = StudentApp(Student(checkpoint), config)
         self._reload_token = new_reload_token()
-        add_reload_route(self.served, self._reload_token)
-        self.server = BackgroundServer(self.served.app)
+        threads = serve_threads or max(1, usable_cores() // 2)
+        log = db.with_name(f"{db.stem}.serve.log")
+        self.server = ServeProcess(checkpoint, config, log, threads, self._reload_token)
         self.db = db
         self.proxy: ProxyServer | None = None
 
     def __enter__(self) -> RolloutService:
         self.server.start()
-        self._start_proxy(None)
+        try:
+            self._start_proxy(None)
+        except BaseException:
+            self.server.stop()
+            raise
         return self
 
     def _start_proxy(self, monitor: MonitorStopConfig | None) -> None:
@@ -184,7 +186,8 @@ class RolloutService:
 
     @property
     def codec(self) -> str:
-        return codec_identity(self.served.student)
+        """The served student's codec fingerprint (`codec_identity`)."""
+        return str(self.server.stats()["codec"])
 
     def reload(self, checkpoint: Path) -> None:
         """Swap the served weights for `checkpoint`'s, over HTTP."""
