@@ -7,7 +7,8 @@ proxy; after an episode its outcome is posted to the proxy (`/s/{session}/outcom
 recorded session, with the server's token ids and logprobs, becomes RL samples by the same
 `rl_samples` that `trajforge export --format rl` writes.
 
-    episodes (threads) ──HTTP──► proxy (records) ──HTTP──► serve (batched, hot-reloaded)
+    episodes (threads) ──HTTP──► proxy (records) ──HTTP──► serve (own process, batched,
+                                                               hot-reloaded)
 
 The episodes run as threads of this process (`backend="local"`) or as Ray tasks
 (`backend="ray"`: each task runs `RAY_TASK_EPISODES` episodes in threads of a Ray worker, so
