@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import httpx
@@ -50,3 +53,41 @@ def test_a_checkpoint_that_cannot_load_fails_with_the_servers_own_words(tmp_path
         server.start()
     assert "not valid JSON" in str(caught.value)  # the child's error, from its log
     assert not server.running
+
+
+PARENT = """
+import sys, time
+import subprocess
+import sys
+import time
+from pathlib import Path
+from trajforge.serve.app import ServeConfig
+from trajforge.serve.process import ServeProcess
+server = ServeProcess(Path(sys.argv[1]), ServeConfig(), Path(sys.argv[2])).start()
+print(server._process.pid, flush=True)
+time.sleep(600)
+"""
+
+
+def test_the_server_does_not_outlive_a_killed_parent(student_dir: Path, tmp_path: Path) -> None:
+    parent = subprocess.Popen(
+        [sys.executable, "-c", PARENT, str(student_dir), str(tmp_path / "serve.log")],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    child = int(parent.stdout.readline())  # type: ignore[union-attr]
+    assert _alive(child)
+    parent.kill()
+    parent.wait()
+    deadline = time.monotonic() + 60
+    while _alive(child) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not _alive(child), "the server outlived the process that started it"
+
+
+def _alive(pid: int) -> bool:
+    """Whether `pid` runs (a zombie awaiting its reaper counts as gone)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, IndexError):
+        return False
+    return state != "Z"

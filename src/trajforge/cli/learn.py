@@ -206,12 +206,21 @@ def serve_command(
             "--threads", min=1, help="torch CPU threads (default: torch's, one per core)."
         ),
     ] = None,
+    exit_with_stdin: Annotated[
+        bool,
+        typer.Option(
+            "--exit-with-stdin",
+            hidden=True,
+            help="Stop when standard input closes (the process that started it is gone).",
+        ),
+    ] = False,
 ) -> None:
     """Serve a checkpoint as an OpenAI-compatible chat model (tool calls, token ids, logprobs)."""
     import torch
     import uvicorn
 
     from trajforge.serve.app import ServeConfig, StudentApp
+    from trajforge.serve.process import stop_when_stdin_closes
     from trajforge.serve.reload import add_reload_route
     from trajforge.serve.student import Student
 
@@ -226,6 +235,8 @@ def serve_command(
         torch.set_num_threads(threads)
     app = StudentApp(Student(checkpoint, bf16=bf16), config)
     add_reload_route(app, reload_token or None)
+    if exit_with_stdin:
+        stop_when_stdin_closes()
     err_console.print(
         f"student {checkpoint} on http://{host}:{port}/v1 (Ctrl-C stops)", highlight=False
     )

@@ -8,14 +8,20 @@ ordinary `serve` command as a child process instead, on loopback, with its own l
 own torch threads; everything else reaches it over HTTP as it would any server: requests,
 hot reloads (`/admin/reload`, with a token passed in the environment, not on the command
 line) and its counters (`/stats`). Its log goes to a file whose tail is shown if it dies.
+
+The child holds the read end of a pipe as its standard input and stops when it closes
+(`--exit-with-stdin`): however the parent ends, a `kill -9` included, its server does not
+outlive it.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -36,6 +42,18 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as probe:
         probe.bind((host, 0))
         return int(probe.getsockname()[1])
+
+
+def stop_when_stdin_closes() -> None:
+    """In the child: send this process SIGTERM (uvicorn's graceful stop) once standard input
+    reaches its end, which is when the parent holding the pipe's other end is gone."""
+
+    def watch() -> None:
+        while sys.stdin.buffer.read(4096):
+            pass
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="stdin-watch", daemon=True).start()
 
 
 class ServeProcess:
@@ -62,7 +80,7 @@ class ServeProcess:
             "--max-batch", str(config.max_batch), "--max-wait-ms", str(config.max_wait_ms),
             "--max-tokens", str(config.max_tokens),
             "--max-body-mb", str(config.max_body_bytes / 2**20),
-            "--prefix-cache", str(config.prefix_cache_mb),
+            "--prefix-cache", str(config.prefix_cache_mb), "--exit-with-stdin",
         ]  # fmt: skip
         if self.threads:
             command += ["--threads", str(self.threads)]
@@ -78,7 +96,7 @@ class ServeProcess:
         with self.log.open("ab") as log:
             self._process = subprocess.Popen(
                 self.command(), stdout=log, stderr=subprocess.STDOUT, env=env,
-                stdin=subprocess.DEVNULL,
+                stdin=subprocess.PIPE,
             )  # fmt: skip
         self._wait_until_ready()
         return self
@@ -116,6 +134,8 @@ class ServeProcess:
         process, self._process = self._process, None
         if process is None or process.poll() is not None:
             return
+        if process.stdin is not None:
+            process.stdin.close()
         process.terminate()
         try:
             process.wait(timeout=15)
