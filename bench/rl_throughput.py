@@ -12,14 +12,15 @@ each an `llm`-policy episode whose every turn goes through the recording proxy t
 process, one after the other:
 
 - **today**: the path as it was when the goal was set: `serve` on a thread of the rollouts'
-  own process (`ThreadServer`, kept here as that baseline) without a prefix cache
-  (`--prefix-cache 0`: every request re-encodes its whole conversation), and episodes whose
-  model client calls the openai SDK's typed `chat.completions.create` over a connection pool
-  of its own (`TypedClient`, kept here too);
-- **new**: today's code: `serve` in a process of its own (`ServeProcess`), with its prefix
-  cache (a request feeds only what its conversation added since its last turn, or since the
-  opening its group shares), and the client that sends the request as JSON through one
-  shared pool.
+  own process, decoding with transformers' forward (`ThreadServer`, kept here as that
+  baseline), without a prefix cache (`--prefix-cache 0`: every request re-encodes its whole
+  conversation), and episodes whose model client calls the openai SDK's typed
+  `chat.completions.create` over a connection pool of its own (`TypedClient`, kept here
+  too);
+- **new**: today's code: `serve` in a process of its own (`ServeProcess`), decoding with
+  the lean Llama forward (`trajforge.serve.lean_llama`), with its prefix cache (a request
+  feeds only what its conversation added since its last turn, or since the opening its group
+  shares), and the client that sends the request as JSON through one shared pool.
 
 Each path reports episodes/s, generated tokens/s, the prompt tokens fed to the model and
 the share of wall time spent inside the model (`Student.generate`, as the server's `/stats`
@@ -137,12 +138,15 @@ def train_student(work: Path, worlds: int, steps: int) -> Path:
 
 
 class ThreadServer:
-    """`serve` on a thread of the rollouts' own process, as `RolloutService` ran it when the
-    goal was set (the baseline of the `today` path); the same `start`, `stop`, `url` and
-    `stats` as the `ServeProcess` that replaced it."""
+    """`serve` on a thread of the rollouts' own process, decoding with transformers' forward
+    pass, as `RolloutService` ran it when the goal was set (the baseline of the `today`
+    path); the same `start`, `stop`, `url` and `stats` as the `ServeProcess` that replaced
+    it."""
 
     def __init__(self, base: Path, config: ServeConfig, reload_token: str) -> None:
-        self.served = StudentApp(Student(base), config)
+        student = Student(base)
+        student.lean = None
+        self.served = StudentApp(student, config)
         add_reload_route(self.served, reload_token)
         self._server = BackgroundServer(self.served.app)
 

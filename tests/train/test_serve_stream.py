@@ -23,10 +23,11 @@ GATED_FORWARD = 2
 
 
 def _gate(student: Student) -> tuple[threading.Event, list[bool]]:
-    """Make the model's forward pass number GATED_FORWARD wait for `released` (at most a
-    minute, a guard against a hang); `waited` records whether it was released."""
+    """Make the forward pass number GATED_FORWARD that decoding runs (the lean one, or the
+    model's own) wait for `released` (at most a minute, a guard against a hang); `waited`
+    records whether it was released."""
     released, waited, calls = threading.Event(), [], itertools.count()
-    original = student.model.forward
+    original = student.lean or student.model.forward
 
     @functools.wraps(original)
     def forward(*args, **kwargs):
@@ -34,7 +35,10 @@ def _gate(student: Student) -> tuple[threading.Event, list[bool]]:
             waited.append(released.wait(60))
         return original(*args, **kwargs)
 
-    student.model.forward = forward
+    if student.lean is not None:
+        student.lean = forward  # type: ignore[assignment]
+    else:
+        student.model.forward = forward
     return released, waited
 
 

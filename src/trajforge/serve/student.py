@@ -28,6 +28,7 @@ import orjson
 from trajforge.errors import UserError, one_line
 from trajforge.models.smollm import is_pretrained, resolve_model
 from trajforge.serve.codec import SPECIALS, Codec, CompactCodec, HFCodec
+from trajforge.serve.lean_llama import lean_llama
 from trajforge.serve.precision import warn_if_slow_bf16
 from trajforge.serve.prefix_cache import Entry, Hit, PrefixCache, common_length
 
@@ -125,6 +126,8 @@ class Student:
             warn_if_slow_bf16("bf16 weights")
             self.model = self.model.to(torch.bfloat16)
         self.model.eval()
+        self.lean = lean_llama(self.model)
+        """The lean forward pass decoding uses, when the model is a Llama it reproduces."""
         self.name = self.manifest.get("name") or self.path.name
         self.max_context = serving_context(self.manifest, self.model)
         self.turn_tokens = TURN_TOKENS["hf" if isinstance(self.codec, HFCodec) else "compact"]
@@ -308,6 +311,8 @@ class _Batch:
         import torch
 
         self.mask = torch.cat([self.mask, new_mask], dim=1)
+        if self.student.lean is not None:
+            return self.student.lean(ids, self.mask, positions, self.cache)
         output = self.student.model(
             input_ids=ids,
             attention_mask=self.mask,
