@@ -9,6 +9,7 @@ from pathlib import Path
 
 import openai
 import orjson
+import pytest
 from typer.testing import CliRunner
 
 from trajforge.cli.main import app
@@ -175,3 +176,22 @@ def test_a_seeded_request_samples_the_same_alone_and_inside_a_batch(student_dir:
     assert Student(student_dir).generate([[1, 2, 3]] * 2, 8, 1.0, seed=[5, 5])[0].token_ids == (
         Student(student_dir).generate([[1, 2, 3]], 8, 1.0, seed=[5])[0].token_ids
     )
+
+
+def test_finished_rows_leave_the_batch_and_the_others_sample_as_alone(student_dir: Path) -> None:
+    """Rows that finish early leave the batch (a quarter at a time) with their states kept for
+    the prefix cache; a row decodes the same whether its batch shrank around it or not."""
+    from trajforge.serve.prefix_cache import PrefixCache
+
+    student = Student(student_dir)
+    prompts = [student.codec.prompt(_opening(1_000_000 + n), TOOLS) for n in range(8)]
+    cache = PrefixCache()
+    batched = student.generate(prompts, 16, 2.0, seed=list(range(8)), prefix_cache=cache)
+    lengths = sorted(len(g.token_ids) for g in batched)
+    assert lengths[1] < lengths[-1], "no row finished before the longest: nothing was tested"
+    for n, prompt in enumerate(prompts):
+        alone = student.generate([prompt], 16, 2.0, seed=[n])[0]
+        assert batched[n].token_ids == alone.token_ids
+        assert batched[n].logprobs == pytest.approx(alone.logprobs, abs=1e-4)
+        fed = prompt + batched[n].token_ids[:-1]  # the last token is never fed
+        assert cache.lookup([*fed, 0]).length == len(fed)

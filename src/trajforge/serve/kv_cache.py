@@ -69,6 +69,18 @@ class GrowingLayer(DynamicLayer):
         self.lazy_initialization(keys, values)
         self._buffers = {"keys": _Buffer(keys, length), "values": _Buffer(values, length)}
 
+    def batch_select_indices(self, indices: Any) -> None:
+        """Keep the rows `indices` (in that order), with the room they had."""
+        for kind, buffer in self._buffers.items():
+            if buffer is not None:
+                self._buffers[kind] = _Buffer(buffer.data[indices], buffer.length)
+
+    def drop_front(self, tokens: int) -> None:
+        """Forget the first `tokens` states of every row (a view: nothing is copied)."""
+        for kind, buffer in self._buffers.items():
+            if buffer is not None:
+                self._buffers[kind] = _Buffer(buffer.data[..., tokens:, :], buffer.length - tokens)
+
     def update(self, key_states: Any, value_states: Any, *args: Any, **kwargs: Any) -> Any:
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)

@@ -9,7 +9,8 @@ file or Hugging Face directory is loaded the same way, with its own tokenizer an
     state.pt         optimizer and step, for resuming
 
 `Student.generate(prompts)` decodes a whole batch in lock-step: prompts are left-padded, one
-forward pass per new token over the batch with a key/value cache. That single call serves
+forward pass per new token over the batch with a key/value cache, rows that have finished
+leaving it a quarter of the batch at a time (`_sample_loop`). That single call serves
 concurrent HTTP requests (`trajforge serve`) and the batched evaluator alike, so what is
 measured is what is served. Given a `PrefixCache`, each row starts from the cached states of
 its prompt's longest served prefix and only the rest is fed (`_Batch.reusing`).
@@ -323,6 +324,19 @@ class _Batch:
         )
         return torch.log_softmax(output.logits[:, -1].float(), dim=-1)
 
+    def select(self, rows: Sequence[int]) -> None:
+        """Keep only `rows` (in that order), and no leading column none of them uses."""
+        import torch
+
+        index = torch.tensor(list(rows), dtype=torch.long)
+        self.cache.batch_select_indices(index)
+        self.mask, self.last = self.mask[index], self.last[index]
+        unused = int(self.mask.any(0).long().argmax()) if self.mask.shape[1] else 0
+        if unused:
+            for layer in self.cache.layers:
+                layer.drop_front(unused)
+            self.mask = self.mask[:, unused:]
+
     def entry(self, row: int, tokens: list[int]) -> Entry:
         """The states of `row` (its `tokens`, every one fed) as a prefix cache entry."""
         index = self.mask[row].nonzero().squeeze(1)
@@ -381,22 +395,35 @@ class _Sampling:
     on_token: TokenSink | None = None
 
 
+RowRetired = Callable[[_Batch, int, int], None]
+"""Called as a finished row leaves a batch: (batch, its index in the batch now, its row)."""
+
+
 def _sample_loop(
-    batch: _Batch, logprobs: Any, fed: list[list[int]], sampling: _Sampling
-) -> tuple[list[list[int]], list[list[float]]]:
+    batch: _Batch, logprobs: Any, fed: list[list[int]], sampling: _Sampling,
+    retired: RowRetired | None = None,
+) -> tuple[list[list[int]], list[list[float]]]:  # fmt: skip
     """Choose up to `max_new` tokens per row from `logprobs` on; the tokens fed back are
-    appended to `fed` (a finished row's end token and the last token are not fed)."""
+    appended to `fed` (a finished row's end token and the last token are not fed).
+
+    With `retired`, finished rows leave the batch once a quarter of it has finished (each
+    step then costs only the rows still decoding; a row samples the same either way), and
+    every row is handed to `retired` before it leaves, the last ones when decoding ends.
+    Without it the batch keeps every row (`DecodeSession` goes on with them)."""
     import torch
 
     eos = batch.student.codec.eos_id
     tokens: list[list[int]] = [[] for _ in fed]
     scores: list[list[float]] = [[] for _ in fed]
+    rows = list(range(len(fed)))
+    """The row of each index of the batch as it is now."""
     done = torch.zeros(len(fed), dtype=torch.bool)
+    generators = sampling.generators
     for step in range(sampling.max_new):
-        chosen = _choose(logprobs, sampling)
+        chosen = _choose(logprobs, sampling.temperature, generators)
         picked = logprobs.gather(1, chosen.unsqueeze(1)).squeeze(1)
-        for row in (~done).nonzero().flatten().tolist():
-            token, score = int(chosen[row]), float(picked[row])
+        for index in (~done).nonzero().flatten().tolist():
+            row, token, score = rows[index], int(chosen[index]), float(picked[index])
             tokens[row].append(token)
             scores[row].append(score)
             if sampling.on_token is not None:
@@ -404,21 +431,31 @@ def _sample_loop(
         done |= chosen == eos
         if bool(done.all()) or step == sampling.max_new - 1:
             break
+        if retired is not None and int(done.sum()) * 4 >= len(rows):
+            keep = (~done).nonzero().flatten().tolist()
+            for index in done.nonzero().flatten().tolist():
+                retired(batch, index, rows[index])
+            batch.select(keep)
+            rows, done, chosen = [rows[i] for i in keep], done[keep], chosen[keep]
+            generators = [generators[i] for i in keep] if generators else generators
         live = (~done).long()
-        for row in live.nonzero().flatten().tolist():
-            fed[row].append(int(chosen[row]))
+        for index in live.nonzero().flatten().tolist():
+            fed[rows[index]].append(int(chosen[index]))
         logprobs = batch.step(chosen, live)
+    if retired is not None:
+        for index, row in enumerate(rows):
+            retired(batch, index, row)
     return tokens, scores
 
 
-def _choose(logprobs: Any, sampling: _Sampling) -> Any:
+def _choose(logprobs: Any, temperature: float, generators: list[Any]) -> Any:
     import torch
 
-    if sampling.temperature > 0:
-        probs = torch.softmax(logprobs / sampling.temperature, dim=-1)
+    if temperature > 0:
+        probs = torch.softmax(logprobs / temperature, dim=-1)
         picks = [
             torch.multinomial(row, 1, generator=generator)
-            for row, generator in zip(probs, sampling.generators, strict=True)
+            for row, generator in zip(probs, generators, strict=True)
         ]
         return torch.cat(picks)
     return logprobs.argmax(dim=-1)
@@ -452,10 +489,12 @@ def _decode(
     batch = _Batch.reusing(student, hits, room=new + sampling.max_new)
     logprobs = batch.feed([p[h.length :] for p, h in zip(prompts, hits, strict=True)])
     fed = [list(p) for p in prompts]
-    tokens, scores = _sample_loop(batch, logprobs, fed, sampling)
-    if cache is not None:
-        for row, hit in enumerate(hits):
-            cache.store(batch.entry(row, fed[row]), hit.entry)
+
+    def keep(batch: _Batch, index: int, row: int) -> None:
+        if cache is not None:
+            cache.store(batch.entry(index, fed[row]), hits[row].entry)
+
+    tokens, scores = _sample_loop(batch, logprobs, fed, sampling, keep)
     eos = student.codec.eos_id
     return _results(prompts, tokens, scores, eos, [h.length for h in hits])
 
@@ -505,14 +544,9 @@ class DecodeSession:
 
     def keep(self, rows: Sequence[int]) -> None:
         """Drop every row not listed (finished conversations), keeping the order given."""
-        import torch
-
         if self.batch is None:
             return
-        index = torch.tensor(list(rows), dtype=torch.long)
-        batch = self.batch
-        batch.cache.batch_select_indices(index)
-        batch.mask, batch.last = batch.mask[index], batch.last[index]
+        self.batch.select(rows)
         self.fed = [self.fed[i] for i in rows]
 
     def generate(
