@@ -59,11 +59,14 @@ class LeanLlama:
             )
             query, key = apply_rotary_pos_emb(query, key, cos, sin)
             keys, values = cache.layers[index].update(key, value)
-            out = F.scaled_dot_product_attention(
-                query, keys, values, attn_mask=allowed, scale=attention.scaling,
-                enable_gqa=self.kv_heads != self.heads,
-            )  # fmt: skip
-            x = x + attention.o_proj(packing.pack(out.transpose(1, 2).reshape(rows, new, -1)))
+            grouped = {"scale": attention.scaling, "enable_gqa": self.kv_heads != self.heads}
+            if packing.packed:
+                out = packing.attend(query, keys, values, allowed, mask, grouped)
+            else:
+                out = F.scaled_dot_product_attention(
+                    query, keys, values, attn_mask=allowed, **grouped
+                ).transpose(1, 2).reshape(rows, new, -1)  # fmt: skip
+            x = x + attention.o_proj(out)
             h = F.rms_norm(x, (self.width,), layer.post_attention_layernorm.weight, self.eps)
             x = x + mlp.down_proj(F.silu(mlp.gate_proj(h)) * mlp.up_proj(h))
         last = F.rms_norm(packing.last(x), (self.width,), body.norm.weight, self.eps)
@@ -92,6 +95,28 @@ class _Packing:
         out = packed.new_zeros(self.rows, self.new, packed.shape[-1])
         out[self.real] = packed[0]
         return out
+
+    def attend(
+        self, query: Any, keys: Any, values: Any, allowed: Any, mask: Any, options: dict
+    ) -> Any:
+        """Attention row by row, each over its own new tokens and from its first held state
+        on (`[1, real tokens, heads * dim]`, packed): a batch's padded queries and leading
+        padding are not computed (about half of a prefill after the prefix cache)."""
+        import torch
+        import torch.nn.functional as F
+
+        lengths = self.real.sum(1).tolist()
+        starts = mask.long().argmax(1).tolist()
+        out = []
+        for row, (length, start) in enumerate(zip(lengths, starts, strict=True)):
+            span = slice(row, row + 1), slice(None), slice(self.new - length, None)
+            held = slice(row, row + 1), slice(None), slice(start, None)
+            answer = F.scaled_dot_product_attention(
+                query[span], keys[held], values[held],
+                attn_mask=allowed[(*span, slice(start, None))], **options,
+            )  # fmt: skip
+            out.append(answer[0].transpose(0, 1).reshape(length, -1))
+        return torch.cat(out).unsqueeze(0)
 
     def last(self, x: Any) -> Any:
         """Each row's last token (a row's segment ends in the last column)."""
