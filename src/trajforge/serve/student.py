@@ -415,8 +415,7 @@ def _sample_loop(
     eos = batch.student.codec.eos_id
     tokens: list[list[int]] = [[] for _ in fed]
     scores: list[list[float]] = [[] for _ in fed]
-    rows = list(range(len(fed)))
-    """The row of each index of the batch as it is now."""
+    rows = list(range(len(fed)))  # the row of each index of the batch as it is now
     done = torch.zeros(len(fed), dtype=torch.bool)
     generators = sampling.generators
     for step in range(sampling.max_new):
@@ -490,11 +489,11 @@ def _decode(
     logprobs = batch.feed([p[h.length :] for p, h in zip(prompts, hits, strict=True)])
     fed = [list(p) for p in prompts]
 
-    def keep(batch: _Batch, index: int, row: int) -> None:
+    def store(decoding: _Batch, index: int, row: int) -> None:
         if cache is not None:
-            cache.store(batch.entry(index, fed[row]), hits[row].entry)
+            cache.store(decoding.entry(index, fed[row]), hits[row].entry)
 
-    tokens, scores = _sample_loop(batch, logprobs, fed, sampling, keep)
+    tokens, scores = _sample_loop(batch, logprobs, fed, sampling, store)
     eos = student.codec.eos_id
     return _results(prompts, tokens, scores, eos, [h.length for h in hits])
 
