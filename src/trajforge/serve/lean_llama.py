@@ -42,7 +42,7 @@ class LeanLlama:
 
         body = self.model.model
         rows, new = ids.shape
-        packing = _Packing(mask[:, -new:])
+        packing = _Packing(mask, new)
         x = packing.pack(body.embed_tokens(ids))
         cos, sin = body.rotary_emb(x, positions)
         allowed = _allowed(mask, new)
@@ -61,7 +61,7 @@ class LeanLlama:
             keys, values = cache.layers[index].update(key, value)
             grouped = {"scale": attention.scaling, "enable_gqa": self.kv_heads != self.heads}
             if packing.packed:
-                out = packing.attend(query, keys, values, allowed, mask, grouped)
+                out = packing.attend(query, keys, values, allowed, grouped)
             else:
                 out = F.scaled_dot_product_attention(
                     query, keys, values, attn_mask=allowed, **grouped
@@ -79,10 +79,17 @@ class _Packing:
     A batch whose segments differ in length (a prefill after the prefix cache: one row adds
     40 tokens, most about 16) otherwise spends most of its matrix products on padding."""
 
-    def __init__(self, segment_mask: Any) -> None:
-        self.real = segment_mask.bool()
+    def __init__(self, mask: Any, new: int) -> None:
+        """`mask`: the batch's held tokens, the `new` ones last (`LeanLlama.__call__`)."""
+        self.real = mask[:, -new:].bool()
         self.rows, self.new = self.real.shape
         self.packed = self.new > 1 and not bool(self.real.all())
+        self.spans: list[tuple[int, int]] = []
+        """Each row's real new tokens and its first held state (when packed)."""
+        if self.packed:
+            self.lengths = self.real.sum(1)
+            starts = mask.long().argmax(1).tolist()
+            self.spans = list(zip(self.lengths.tolist(), starts, strict=True))
 
     def pack(self, padded: Any) -> Any:
         """`[rows, new, width]` -> `[1, real tokens, width]` (unchanged when none is padding)."""
@@ -96,19 +103,15 @@ class _Packing:
         out[self.real] = packed[0]
         return out
 
-    def attend(
-        self, query: Any, keys: Any, values: Any, allowed: Any, mask: Any, options: dict
-    ) -> Any:
+    def attend(self, query: Any, keys: Any, values: Any, allowed: Any, options: dict) -> Any:
         """Attention row by row, each over its own new tokens and from its first held state
         on (`[1, real tokens, heads * dim]`, packed): a batch's padded queries and leading
         padding are not computed (about half of a prefill after the prefix cache)."""
         import torch
         import torch.nn.functional as F
 
-        lengths = self.real.sum(1).tolist()
-        starts = mask.long().argmax(1).tolist()
         out = []
-        for row, (length, start) in enumerate(zip(lengths, starts, strict=True)):
+        for row, (length, start) in enumerate(self.spans):
             span = slice(row, row + 1), slice(None), slice(self.new - length, None)
             held = slice(row, row + 1), slice(None), slice(start, None)
             answer = F.scaled_dot_product_attention(
@@ -122,7 +125,7 @@ class _Packing:
         """Each row's last token (a row's segment ends in the last column)."""
         if not self.packed:
             return x[:, -1]
-        ends = self.real.sum(1).cumsum(0) - 1
+        ends = self.lengths.cumsum(0) - 1
         return x[0, ends]
 
 
