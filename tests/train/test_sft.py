@@ -60,6 +60,31 @@ def test_compact_codec_masks_only_learned_assistant_turns() -> None:
     assert decoded["tool_calls"] == [{"name": "go", "arguments": {"target": "shelf 1"}}]
 
 
+CALL, ARG, END = "<|call|>", "<|arg|>", "<|end|>"
+
+
+@pytest.mark.parametrize(
+    "generated",
+    [
+        [CALL, "go", ARG, "shelf 1", ARG, "desk 1", END],  # a value past the schema's
+        [CALL, "put", ARG, "mug 1", ARG, "shelf 1", ARG, "mug 1", ARG, "desk 1", END],
+        [CALL, "put", ARG, "mug 1", END],  # a value short
+        [CALL, "go", ARG, "shelf 1", CALL, "go", ARG, "desk 1", END],
+    ],
+)
+def test_a_generated_call_reads_back_as_the_tokens_it_was(generated: list[str]) -> None:
+    """The next prompt holds an answer as the codec encodes its decoded message: any
+    difference is a retokenization drift point, which cuts the session's RL sequence."""
+    tools = [
+        {"name": "go", "parameters": {"properties": {"target": {}}}},
+        {"name": "put", "parameters": {"properties": {"object": {}, "receptacle": {}}}},
+    ]
+    codec = CompactCodec.build([([{"role": "user", "content": "mug 1 shelf 1 desk 1"}], tools)])
+    ids = [codec.vocab[piece] for piece in generated]
+    message = codec.decode(ids, tools)
+    assert codec.completion_ids(message, tools) == ids
+
+
 SAVES = SMALL.model_copy(update={"steps": 4, "save_every": 2, "hidden": 16, "layers": 1})
 
 

@@ -6,13 +6,14 @@ Two codecs, one interface:
   and a compact template (a name with its number, such as `cabinet 2`, is one word: entities
   are copied as one token). Each message is a role token, its words and `<|end|>`; a tool call
   is `<|call|> name <|arg|> value <|arg|> value`, the values in the order of the tool's
-  schema properties (so `put(object="apple 1", receptacle="countertop 1")` costs 8 tokens,
-  and the tool schemas never enter the prompt). System messages are left out: they are the
-  same in every episode of an environment and carry nothing to learn from; only what is
-  appended to one for this episode is kept, as a `<|system|>` turn, so a model can be trained
-  to read it: guidance (after `## Guidance for this task`, as guided recovery writes it) and
-  retrieved strategies (after `## Strategies that worked on similar tasks`, as
-  `agents.llm.with_strategies` writes them).
+  schema properties, then any others as given (so `put(object="apple 1",
+  receptacle="countertop 1")` costs 8 tokens, the tool schemas never enter the prompt, and a
+  generated call with values past its schema's reads back as the tokens it was). System
+  messages are left out: they are the same in every episode of an environment and carry
+  nothing to learn from; only what is appended to one for this episode is kept, as a
+  `<|system|>` turn, so a model can be trained to read it: guidance (after `## Guidance for
+  this task`, as guided recovery writes it) and retrieved strategies (after `## Strategies
+  that worked on similar tasks`, as `agents.llm.with_strategies` writes them).
 - `HFCodec`: any Hugging Face tokenizer with a chat template. When the template renders tools
   itself (it mentions `tools`), tools are passed to it and calls are read back from JSON
   objects `{"name": ..., "arguments": {...}}` in the generated text; otherwise (SmolLM2's
@@ -193,10 +194,8 @@ class CompactCodec:
         for call in message.get("tool_calls") or []:
             name = call.get("function", call).get("name", "")
             ids += [self._special("<|call|>"), *self._ids(name)]
-            args = arguments_of(call)
-            for key in order.get(name) or list(args):
-                if key in args:
-                    ids += [self._special("<|arg|>"), *self._ids(str(args[key]))]
+            for value in _ordered_values(arguments_of(call), order.get(name) or []):
+                ids += [self._special("<|arg|>"), *self._ids(str(value))]
         return [*ids, self.eos_id]
 
     def encode(
@@ -274,6 +273,14 @@ def _join(tokens: list[str]) -> str:
             text += " "
         text += token
     return text
+
+
+def _ordered_values(arguments: dict[str, Any], schema: list[str]) -> list[Any]:
+    """A call's argument values: the schema's parameters in its order, then any others in
+    the order given (a generated call's extra values, which `decode` names `arg<n>`, so a
+    decoded call encodes to the tokens it was decoded from)."""
+    named = [arguments[key] for key in schema if key in arguments]
+    return named + [value for key, value in arguments.items() if key not in schema]
 
 
 def _tool_call(call: dict, order: dict[str, list[str]]) -> dict[str, Any]:
