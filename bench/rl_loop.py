@@ -37,7 +37,8 @@ Runs already in `--work` with the same base and settings are continued, not star
 same base and settings) as an outcome arm, without training: the start's held-out success,
 the curve, and per iteration what the update had to learn from (groups with equal rewards,
 tokens with a non-zero advantage, entropy, KL, clipped share), and where the first run's
-iteration-1 KL sits (its rollouts rescored under the start and the checkpoint).
+iteration-1 KL sits (its rollouts rescored under the start and the checkpoint) and how the
+loss was spread over its sequences (how many are short, and their share of the loss).
 
 The JSON result records the command, every setting and every iteration row. `--quick` is a
 smoke run (a small student, two iterations, few worlds): its numbers mean nothing.
@@ -46,6 +47,7 @@ smoke run (a small student, two iterations, few worlds): its numbers mean nothin
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -509,6 +511,7 @@ def kl_tail(run: Path, base: Path, iteration: int = 1, worst: int = 12) -> dict[
         "advantage_mass_negative": round(sum(a for a in mass if a < 0), 1),
         "loss_advantage_positive": round(sum(p for p in pushed if p > 0), 2),
         "loss_advantage_negative": round(sum(p for p in pushed if p < 0), 2),
+        **_concentration(sequences),
         "mean_k3": round(total / max(1, len(tokens)), 3),
         "top_1_percent_share": round(sum(k for k, *_ in tokens[: len(tokens) // 100]) / total, 4),
         "tokens_k3_over_10": len(heavy),
@@ -526,6 +529,25 @@ def kl_tail(run: Path, base: Path, iteration: int = 1, worst: int = 12) -> dict[
             }
             for _, ref, new, seq, t in tokens[:worst]
         ],
+    }
+
+
+SHORT = 16
+"""Model tokens of a short sequence (about two tool calls of the tiny student)."""
+
+
+def _concentration(sequences: list) -> dict[str, Any]:
+    """How the loss is spread over model tokens: a sequence's loss is the mean over its
+    model tokens times its weight, so a token of a short sequence (an episode cut at a drift
+    point leaves pieces of one or two turns) weighs more than one of a whole episode."""
+    counts = [max(1, sum(s.mask)) for s in sequences]
+    weight = sum(s.weight for s in sequences) or 1.0
+    short = [(s, n) for s, n in zip(sequences, counts, strict=True) if n <= SHORT]
+    return {
+        "model_tokens_per_sequence_median": statistics.median(counts) if counts else None,
+        "short_sequences": len(short),
+        "short_sequences_loss_share": round(sum(s.weight for s, _ in short) / weight, 4),
+        "short_sequences_token_share": round(sum(n for _, n in short) / max(1, sum(counts)), 4),
     }
 
 
