@@ -446,6 +446,9 @@ def resummarize(path: Path, command: str) -> dict[str, Any]:
     return result
 
 
+PER_RUN = ("seed", "threads")
+"""Settings the runs of one arm may differ in: the seed, and torch's thread count (runs
+sharing a machine take one each; a resumed run may take another)."""
 SIGNAL = ("reward", "zero_variance_groups", "advantage_tokens", "entropy", "kl", "clipped")
 
 
@@ -455,13 +458,13 @@ def from_runs(dirs: list[Path], command: str, *, probe_kl: bool = True) -> dict[
     from trajforge.train.rl.checkpoints import read_run, rebuild_log
 
     runs = [read_run(d) for d in dirs]
-    settings = [{k: v for k, v in r["config"].items() if k != "seed"} for r in runs]
+    settings = [{k: v for k, v in r["config"].items() if k not in PER_RUN} for r in runs]
     same = [
         r["base"] == runs[0]["base"] and s == settings[0]
         for r, s in zip(runs, settings, strict=True)
     ]
     if not all(same):
-        raise SystemExit(f"--runs: {dirs} differ in base or settings (other than the seed)")
+        raise SystemExit(f"--runs: {dirs} differ in base or settings (other than {PER_RUN})")
     if any(r["initial"] != runs[0]["initial"] for r in runs) or runs[0]["initial"] is None:
         raise SystemExit("--runs: each run must have evaluated the same start (--eval-every)")
     if probe_kl and runs[0]["config"]["reward"] != "outcome":
