@@ -38,16 +38,16 @@ DEFAULT_MB = 1024
 
 @dataclass(eq=False)
 class Entry:
-    """A served sequence and the key/value states of each layer (`[heads, tokens, dim]`)."""
+    """A served sequence and its key/value states, `[layers, 2, heads, tokens, dim]` (the
+    keys of a layer, then its values)."""
 
     tokens: list[int]
-    keys: list[Any]
-    values: list[Any]
+    states: Any
     hashes: list[int] = field(default_factory=list)
 
     @property
     def nbytes(self) -> int:
-        return sum(int(s.nbytes) for s in (*self.keys, *self.values))
+        return int(self.states.nbytes)
 
 
 @dataclass
