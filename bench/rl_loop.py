@@ -195,8 +195,10 @@ def _show(kind: str, seed: int, row: dict) -> None:
 
 
 def summarize(kind_runs: list[list[dict]], sft: dict, per_iteration: int) -> dict[str, Any]:
+    """The arm's curve, and its final point: the last iteration every seed evaluated (runs
+    stopped at different iterations leave later points with fewer seeds in the curve)."""
     points = curve(kind_runs, sft, per_iteration)
-    final = points[-1]
+    final = [p for p in points if p["seeds"] == len(kind_runs) or not p["iteration"]][-1]
     rows = [r for rows in kind_runs for r in rows if "reward" in r]
     return {
         "success": final["success"],
