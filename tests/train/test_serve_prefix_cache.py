@@ -69,7 +69,7 @@ def test_cached_sessions_answer_as_uncached_ones(student_dir: Path) -> None:
 
 def _entry(tokens: list[int]) -> Entry:
     """An entry whose states take 8 bytes a token (one float32 key and value, one layer)."""
-    return Entry(tokens, torch.zeros(1, 2, 1, len(tokens), 1))
+    return Entry(tokens, [torch.zeros(1, len(tokens), 1)], [torch.zeros(1, len(tokens), 1)])
 
 
 def test_lookup_reuses_the_longest_shared_prefix_and_evicts_by_bytes() -> None:

@@ -9,9 +9,6 @@ When the room runs out the buffer grows by a quarter (amortized constant cost pe
 
 Everything else is `DynamicLayer`'s: code that assigns `layer.keys` (selecting rows, cropping)
 gets a buffer without room, which the next append grows.
-
-`BatchStates` holds a decoding batch's states of all layers in one buffer, which the layers
-hold as views, so moving a row in or out of the batch is one operation for all layers.
 """
 
 from __future__ import annotations
@@ -26,13 +23,11 @@ MIN_ROOM = 64
 
 
 class _Buffer:
-    """States `[batch, heads, capacity, dim]` of which the first `length` tokens are held.
-    A `fixed` buffer is a view of a `BatchStates`, which makes room before every forward."""
+    """States `[batch, heads, capacity, dim]` of which the first `length` tokens are held."""
 
-    def __init__(self, states: Any, length: int | None = None, fixed: bool = False) -> None:
+    def __init__(self, states: Any, length: int | None = None) -> None:
         self.data = states
         self.length = states.shape[-2] if length is None else length
-        self.fixed = fixed
 
     @property
     def held(self) -> Any:
@@ -41,8 +36,6 @@ class _Buffer:
     def append(self, new: Any) -> None:
         needed = self.length + new.shape[-2]
         if needed > self.data.shape[-2]:
-            if self.fixed:
-                raise RuntimeError("no room left in a BatchStates view (reserve it first)")
             grown = self.data.new_empty(
                 (*self.data.shape[:-2], needed + max(MIN_ROOM, needed // 4), self.data.shape[-1])
             )
@@ -72,18 +65,21 @@ class GrowingLayer(DynamicLayer):
 
     def adopt(self, keys: Any, values: Any, length: int) -> None:
         """Hold the first `length` tokens of `keys` and `values` (`[batch, heads, capacity,
-        dim]`, views of a `BatchStates`), the rest being room to append into."""
-        if not self.is_initialized:
-            self.lazy_initialization(keys, values)
-        self._buffers = {
-            "keys": _Buffer(keys, length, fixed=True),
-            "values": _Buffer(values, length, fixed=True),
-        }
+        dim]`), the rest being room to append into, without copying them."""
+        self.lazy_initialization(keys, values)
+        self._buffers = {"keys": _Buffer(keys, length), "values": _Buffer(values, length)}
 
-    @property
-    def length(self) -> int:
-        buffer = self._buffers["keys"]
-        return 0 if buffer is None else buffer.length
+    def batch_select_indices(self, indices: Any) -> None:
+        """Keep the rows `indices` (in that order), with the room they had."""
+        for kind, buffer in self._buffers.items():
+            if buffer is not None:
+                self._buffers[kind] = _Buffer(buffer.data[indices], buffer.length)
+
+    def drop_front(self, tokens: int) -> None:
+        """Forget the first `tokens` states of every row (a view: nothing is copied)."""
+        for kind, buffer in self._buffers.items():
+            if buffer is not None:
+                self._buffers[kind] = _Buffer(buffer.data[..., tokens:, :], buffer.length - tokens)
 
     def update(self, key_states: Any, value_states: Any, *args: Any, **kwargs: Any) -> Any:
         if not self.is_initialized:
@@ -96,78 +92,19 @@ class GrowingLayer(DynamicLayer):
         return self.keys, self.values
 
 
-def growing_cache(layers: int, states: Sequence[tuple[Any, Any]] = ()) -> Cache:
-    """A cache of `layers` growing layers holding copies of `states` (keys, values each)."""
+def growing_cache(
+    layers: int, states: Sequence[tuple[Any, Any]] = (), length: int | None = None
+) -> Cache:
+    """A cache of `layers` growing layers holding `states` (keys, values per layer): their
+    first `length` tokens, the rest of each buffer being room (all of them without
+    `length`: then they are copied into buffers of their own)."""
     grown = [GrowingLayer() for _ in range(layers)]
     for layer, (keys, values) in zip(grown, states, strict=False):
-        layer.update(keys, values)
+        if length is None:
+            layer.update(keys, values)
+        else:
+            layer.adopt(keys, values, length)
     return Cache(layers=list[Any](grown))
-
-
-class BatchStates:
-    """Every layer's keys and values of a batch in one buffer `[layers, 2, rows, heads,
-    capacity, dim]`, held by a cache's growing layers as views. A row's states are copied
-    into or out of every layer by one operation (`row`, `select`), not two a layer: for a
-    small model, moving rows (a hundred a batch, from the prefix cache and back) cost more in
-    operations than in bytes. `reserve` makes room before a forward pass appends."""
-
-    def __init__(self, data: Any, length: int) -> None:
-        self.data = data
-        self.layers = [GrowingLayer() for _ in range(int(data.shape[0]))]
-        self.cache = Cache(layers=list[Any](self.layers))
-        self._adopt(length)
-
-    @classmethod
-    def gather(cls, cache: Cache, room: int) -> BatchStates:
-        """The states a cache's growing layers hold, copied into one buffer with `room`."""
-        layers: list[Any] = list(cache.layers)
-        first = layers[0].keys
-        rows, heads, length, dim = first.shape
-        data = first.new_empty(len(layers), 2, rows, heads, length + room, dim)
-        for index, layer in enumerate(layers):
-            data[index, 0, ..., :length, :] = layer.keys
-            data[index, 1, ..., :length, :] = layer.values
-        return cls(data, length)
-
-    @property
-    def length(self) -> int:
-        """Tokens held (every row, every layer; padding and finished rows' slots included)."""
-        return self.layers[0].length
-
-    def reserve(self, new: int) -> None:
-        """Room for `new` more tokens (growing by a quarter at least, all layers at once)."""
-        length, needed = self.length, self.length + new
-        if needed <= self.data.shape[-2]:
-            return
-        shape = (*self.data.shape[:-2], needed + max(MIN_ROOM, needed // 4), self.data.shape[-1])
-        grown = self.data.new_empty(shape)
-        grown[..., :length, :] = self.data[..., :length, :]
-        self.data = grown
-        self._adopt(length)
-
-    def select(self, rows: Any) -> None:
-        """Keep `rows` (a tensor of row indices, in that order), with their room."""
-        self.data = self.data.index_select(2, rows)
-        self._adopt(self.length)
-
-    def drop_front(self, tokens: int) -> None:
-        """Forget every row's first `tokens` states (a view: nothing is copied)."""
-        length = self.length
-        self.data = self.data[..., tokens:, :]
-        self._adopt(length - tokens)
-
-    def repeat(self, rows: int) -> None:
-        """Each row `rows` times over (a batch that starts from one shared opening)."""
-        self.data = self.data.repeat_interleave(rows, dim=2)
-        self._adopt(self.length)
-
-    def row(self, row: int, tokens: Any) -> Any:
-        """`[layers, 2, heads, len(tokens), dim]`: one row's states at the positions `tokens`."""
-        return self.data[:, :, row].index_select(-2, tokens)
-
-    def _adopt(self, length: int) -> None:
-        for index, layer in enumerate(self.layers):
-            layer.adopt(self.data[index, 0], self.data[index, 1], length)
 
 
 def cache_argument(model: Any) -> str:

@@ -38,16 +38,16 @@ DEFAULT_MB = 1024
 
 @dataclass(eq=False)
 class Entry:
-    """A served sequence and its key/value states, `[layers, 2, heads, tokens, dim]` (the
-    keys of a layer, then its values)."""
+    """A served sequence and the key/value states of each layer (`[heads, tokens, dim]`)."""
 
     tokens: list[int]
-    states: Any
+    keys: list[Any]
+    values: list[Any]
     hashes: list[int] = field(default_factory=list)
 
     @property
     def nbytes(self) -> int:
-        return int(self.states.nbytes)
+        return sum(int(s.nbytes) for s in (*self.keys, *self.values))
 
 
 @dataclass

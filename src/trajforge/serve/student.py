@@ -22,7 +22,7 @@ import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 
@@ -32,9 +32,6 @@ from trajforge.serve.codec import SPECIALS, Codec, CompactCodec, HFCodec
 from trajforge.serve.lean_llama import lean_llama
 from trajforge.serve.precision import warn_if_slow_bf16
 from trajforge.serve.prefix_cache import Entry, Hit, PrefixCache, common_length
-
-if TYPE_CHECKING:
-    from trajforge.serve.kv_cache import BatchStates
 
 MANIFEST = "trajforge.json"
 MODEL_DIR = "model"
@@ -233,45 +230,48 @@ def _layer_count(model: Any) -> int:
 
 
 class _Batch:
-    """The decoding state of a batch: key/value states, attention mask, each row's last position.
+    """The decoding state of a batch: key/value cache, attention mask, each row's last position.
 
     A row's tokens need not be contiguous: a segment is left-padded, a finished row is fed
     masked tokens, and positions continue from the row's last real token, so a row's states
-    are exactly those of its tokens alone (padding is never attended to). The states of all
-    layers are one `BatchStates` buffer from the first forward pass on."""
+    are exactly those of its tokens alone (padding is never attended to)."""
 
-    def __init__(self, student: Student, states: Any, mask: Any, last: Any, room: int) -> None:
-        from trajforge.serve.kv_cache import cache_argument, growing_cache
+    def __init__(self, student: Student, cache: Any, mask: Any, last: Any) -> None:
+        from trajforge.serve.kv_cache import cache_argument
 
         self.student = student
-        self.states: BatchStates | None = states
-        self.cache = (
-            states.cache if states is not None else growing_cache(_layer_count(student.model))
-        )
-        self.mask, self.last, self.room = mask, last, room
+        self.cache, self.mask, self.last = cache, mask, last
         self.cache_arg = cache_argument(student.model)
 
     @classmethod
-    def empty(cls, student: Student, rows: int, room: int = 0) -> _Batch:
+    def empty(cls, student: Student, rows: int) -> _Batch:
         import torch
 
+        from trajforge.serve.kv_cache import growing_cache
+
         mask = torch.zeros(rows, 0, dtype=torch.long)
-        return cls(student, None, mask, torch.full((rows,), -1, dtype=torch.long), room)
+        cache = growing_cache(_layer_count(student.model))
+        return cls(student, cache, mask, torch.full((rows,), -1, dtype=torch.long))
 
     @classmethod
     def reusing(cls, student: Student, hits: Sequence[Hit], room: int = 0) -> _Batch:
         """A batch whose rows start with the cached states of their hits (left-padded),
-        written straight into one buffer with `room` more tokens to append before growing."""
+        written straight into buffers with `room` more tokens to append before growing."""
         import torch
 
-        from trajforge.serve.kv_cache import BatchStates
+        from trajforge.serve.kv_cache import growing_cache
 
         width = max((h.length for h in hits), default=0)
         if width == 0:
-            return cls.empty(student, len(hits), room)
+            return cls.empty(student, len(hits))
+        layers = []
+        for layer in range(len(next(h.entry for h in hits if h.entry and h.length).keys)):
+            layers.append(
+                tuple(_stack(hits, width, room, layer, kind) for kind in ("keys", "values"))
+            )
         mask = torch.tensor([[0] * (width - h.length) + [1] * h.length for h in hits])
         last = torch.tensor([h.length - 1 for h in hits])
-        return cls(student, BatchStates(_stack(hits, width, room), width), mask, last, room)
+        return cls(student, growing_cache(len(layers), layers, length=width), mask, last)
 
     def feed(self, segments: Sequence[Sequence[int]]) -> Any:
         """Feed each row its segment (at least one token each); the next-token logprobs.
@@ -295,11 +295,11 @@ class _Batch:
     def _feed_once(self, opening: Sequence[int], rows: int) -> None:
         import torch
 
-        single = _Batch.empty(self.student, 1, self.room)
+        single = _Batch.empty(self.student, 1)
         single.feed([opening])
-        assert single.states is not None
-        single.states.repeat(rows)
-        self.states, self.cache = single.states, single.cache
+        for layer in single.cache.layers:
+            layer.batch_repeat_interleave(rows)
+        self.cache = single.cache
         self.mask = torch.ones(rows, len(opening), dtype=torch.long)
         self.last = torch.full((rows,), len(opening) - 1, dtype=torch.long)
 
@@ -311,20 +311,7 @@ class _Batch:
     def _forward(self, ids: Any, new_mask: Any, positions: Any) -> Any:
         import torch
 
-        from trajforge.serve.kv_cache import BatchStates
-
         self.mask = torch.cat([self.mask, new_mask], dim=1)
-        if self.states is not None:
-            self.states.reserve(ids.shape[1])
-        logprobs = self._model_forward(ids, positions)
-        if self.states is None:  # the first forward pass: its states go into one buffer
-            self.states = BatchStates.gather(self.cache, max(self.room, 1))
-            self.cache = self.states.cache
-        return logprobs
-
-    def _model_forward(self, ids: Any, positions: Any) -> Any:
-        import torch
-
         if self.student.lean is not None:
             return self.student.lean(ids, self.mask, positions, self.cache)
         output = self.student.model(
@@ -341,21 +328,22 @@ class _Batch:
         """Keep only `rows` (in that order), and no leading column none of them uses."""
         import torch
 
-        assert self.states is not None, "rows are selected after a forward pass"
         index = torch.tensor(list(rows), dtype=torch.long)
-        self.states.select(index)
+        self.cache.batch_select_indices(index)
         self.mask, self.last = self.mask[index], self.last[index]
         unused = int(self.mask.any(0).long().argmax()) if self.mask.shape[1] else 0
         if unused:
-            self.states.drop_front(unused)
+            for layer in self.cache.layers:
+                layer.drop_front(unused)
             self.mask = self.mask[:, unused:]
 
     def entry(self, row: int, tokens: list[int]) -> Entry:
         """The states of `row` (its `tokens`, every one fed) as a prefix cache entry."""
-        assert self.states is not None, "a row's states exist after a forward pass"
         index = self.mask[row].nonzero().squeeze(1)
         assert len(index) == len(tokens), "a row's fed tokens and its states disagree"
-        return Entry(tokens, self.states.row(row, index))
+        keys = [layer.keys[row].index_select(1, index) for layer in self.cache.layers]
+        values = [layer.values[row].index_select(1, index) for layer in self.cache.layers]
+        return Entry(tokens, keys, values)
 
 
 def _shared_length(segments: Sequence[Sequence[int]]) -> int:
@@ -366,17 +354,17 @@ def _shared_length(segments: Sequence[Sequence[int]]) -> int:
     return min(limit, *(common_length(segments[0], s) for s in segments[1:]))
 
 
-def _stack(hits: Sequence[Hit], width: int, room: int) -> Any:
-    """`[layers, 2, rows, heads, width + room, dim]`: the hits' states left-padded to `width`
-    tokens, then room (padding zeroed: masked states must still be finite)."""
-    sample = next(h.entry for h in hits if h.entry and h.length).states
-    layers, kinds, heads, _, dim = sample.shape
-    out = sample.new_empty(layers, kinds, len(hits), heads, width + room, dim)
+def _stack(hits: Sequence[Hit], width: int, room: int, layer: int, kind: str) -> Any:
+    """One layer's keys (or values) of the hits' entries, left-padded to `width` tokens, in a
+    buffer of `width + room` (padding zeroed: masked states must still be finite)."""
+    sample = getattr(next(h.entry for h in hits if h.entry and h.length), kind)[layer]
+    heads, _, dim = sample.shape
+    out = sample.new_empty(len(hits), heads, width + room, dim)
     for row, hit in enumerate(hits):
         start = width - hit.length
-        out[:, :, row, :, :start] = 0
+        out[row, :, :start] = 0
         if hit.entry is not None and hit.length:
-            out[:, :, row, :, start:width] = hit.entry.states[..., : hit.length, :]
+            out[row, :, start:width] = getattr(hit.entry, kind)[layer][:, : hit.length]
     return out
 
 
@@ -568,7 +556,7 @@ class DecodeSession:
 
         rows = [list(p) for p in prompts]
         if self.batch is None or not self._extends(rows, max_new_tokens):
-            self.batch = _Batch.empty(self.student, len(rows), room=max_new_tokens)
+            self.batch = _Batch.empty(self.student, len(rows))
             self.fed = [[] for _ in rows]
             rows = [self.student.fit(p, max_new_tokens) for p in rows]
         segments = [p[len(f) :] for p, f in zip(rows, self.fed, strict=True)]
