@@ -118,6 +118,30 @@ def test_lockstep_with_a_reused_cache_equals_full_recomputation(student_dir: Pat
         assert [m.model_dump() for m in a.messages] == [m.model_dump() for m in b.messages]
 
 
+def test_a_drifted_row_is_rewound_alone_and_decodes_as_from_scratch(student_dir: Path) -> None:
+    """When one row's prompt does not extend what it was fed (its answer re-tokenized
+    another way), that row keeps the opening the two share and the others keep everything;
+    every row then decodes as `Student.generate` on its full prompt."""
+    from trajforge.serve.student import DecodeSession
+
+    student = Student(student_dir)
+    openings = [student.codec.prompt(_opening(1_000_000 + n), TOOLS) for n in range(3)]
+    session = DecodeSession(student)
+    first = session.generate(openings, 12, 2.0, seed=3)
+    answers = [g.token_ids[:-1] if g.finish_reason == "stop" else g.token_ids for g in first]
+    tool_turn = openings[0][-6:]  # any tokens that extend a conversation
+    prompts = [o + a + tool_turn for o, a in zip(openings, answers, strict=True)]
+    drift = len(openings[1]) + 2
+    prompts[1] = [*prompts[1][:drift], prompts[1][drift] ^ 1, *prompts[1][drift + 1 :]]
+    again = session.generate(prompts, 12, 2.0, seed=4)
+    fresh = student.generate(prompts, 12, 2.0, seed=4)
+    assert [g.token_ids for g in again] == [g.token_ids for g in fresh]
+    for a, b in zip(again, fresh, strict=True):
+        assert a.logprobs == pytest.approx(b.logprobs, abs=1e-4)
+    fed = [len(o) + len(g.token_ids) - 1 for o, g in zip(openings, first, strict=True)]
+    assert [g.cached_tokens for g in again] == [fed[0], drift, fed[2]]
+
+
 def test_a_request_without_a_limit_gets_the_servers_max_tokens(student_dir: Path) -> None:
     served = StudentApp(Student(student_dir), ServeConfig(max_tokens=3))
     server = BackgroundServer(served.app).start()

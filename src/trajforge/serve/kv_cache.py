@@ -75,6 +75,15 @@ class GrowingLayer(DynamicLayer):
             if buffer is not None:
                 self._buffers[kind] = _Buffer(buffer.data[indices], buffer.length)
 
+    def gather_tokens(self, columns: Any) -> None:
+        """Hold, for each row, its states at `columns[row]` (`[batch, tokens]`), in that
+        order (copied into buffers without room)."""
+        for kind, buffer in self._buffers.items():
+            if buffer is not None:
+                held = buffer.held
+                index = columns[:, None, :, None].expand(-1, held.shape[1], -1, held.shape[-1])
+                self._buffers[kind] = _Buffer(held.gather(2, index))
+
     def drop_front(self, tokens: int) -> None:
         """Forget the first `tokens` states of every row (a view: nothing is copied)."""
         for kind, buffer in self._buffers.items():

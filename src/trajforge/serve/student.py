@@ -337,6 +337,22 @@ class _Batch:
                 layer.drop_front(unused)
             self.mask = self.mask[:, unused:]
 
+    def rewind(self, keep: dict[int, int]) -> None:
+        """Forget all but the first `keep[row]` states of each row listed, then move every
+        row's states to the right end (left padding), so the forgotten ones take no room."""
+        import torch
+
+        for row, count in keep.items():
+            held = self.mask[row].nonzero().squeeze(1)
+            self.mask[row, held[count:]] = 0
+            self.last[row] = count - 1
+        width = int(self.mask.sum(1).max())
+        # a stable sort puts each row's padding first and its states after, both in order
+        columns = torch.sort(self.mask, dim=1, stable=True).indices[:, self.mask.shape[1] - width :]
+        for layer in self.cache.layers:
+            layer.gather_tokens(columns)
+        self.mask = self.mask.gather(1, columns)
+
     def entry(self, row: int, tokens: list[int]) -> Entry:
         """The states of `row` (its `tokens`, every one fed) as a prefix cache entry."""
         index = self.mask[row].nonzero().squeeze(1)
@@ -530,10 +546,12 @@ class DecodeSession:
 
     Each row's key/value cache is kept between calls: a call feeds only the tokens a row's
     prompt adds since the last call (the tool's answer and the next generation prompt),
-    left-padded within the new segment (padding is masked out, positions continue). When a
-    prompt does not extend what a row has been fed, or would outgrow the context, the whole
-    batch is re-encoded from scratch. The result equals `Student.generate` on the full
-    prompts (the tests check it); it is only cheaper.
+    left-padded within the new segment (padding is masked out, positions continue). A row
+    whose prompt does not extend what it has been fed (its last answer re-tokenized another
+    way, or its start cut to fit the context) keeps the states of the opening the two share
+    and is fed the rest; the other rows lose nothing. A call with another number of rows
+    starts afresh. The result equals `Student.generate` on the full prompts (the tests
+    check it); it is only cheaper.
     """
 
     def __init__(self, student: Student) -> None:
@@ -554,26 +572,29 @@ class DecodeSession:
     ) -> list[Generated]:  # fmt: skip
         import torch
 
-        rows = [list(p) for p in prompts]
-        if self.batch is None or not self._extends(rows, max_new_tokens):
-            self.batch = _Batch.empty(self.student, len(rows))
-            self.fed = [[] for _ in rows]
-            rows = [self.student.fit(p, max_new_tokens) for p in rows]
-        segments = [p[len(f) :] for p, f in zip(rows, self.fed, strict=True)]
+        rows = [self.student.fit(p, max_new_tokens) for p in prompts]
         generators = _generators(row_seeds(seed, len(rows)), temperature)
         sampling = _Sampling(max_new_tokens, temperature, generators)
         with torch.inference_mode():
+            if self.batch is None or len(rows) != len(self.fed):
+                self.batch = _Batch.empty(self.student, len(rows))
+                self.fed = [[] for _ in rows]
+            else:
+                self._rewind(rows)
+            segments = [p[len(f) :] for p, f in zip(rows, self.fed, strict=True)]
             logprobs = self.batch.feed(segments)
             self.fed = [list(p) for p in rows]
             tokens, scores = _sample_loop(self.batch, logprobs, self.fed, sampling)
         reused = [len(p) - len(s) for p, s in zip(rows, segments, strict=True)]
         return _results(rows, tokens, scores, self.student.codec.eos_id, reused)
 
-    def _extends(self, prompts: list[list[int]], room: int) -> bool:
-        if len(prompts) != len(self.fed):
-            return False
-        limit = self.student.max_context - room
-        return all(
-            len(p) > len(f) and len(p) <= limit and p[: len(f)] == f
-            for p, f in zip(prompts, self.fed, strict=True)
-        )
+    def _rewind(self, prompts: list[list[int]]) -> None:
+        """Cut each row's states back to the opening its prompt shares with what it was fed,
+        leaving it at least one token to feed."""
+        keep = {}
+        for row, (prompt, fed) in enumerate(zip(prompts, self.fed, strict=True)):
+            if len(prompt) <= len(fed) or prompt[: len(fed)] != fed:
+                keep[row] = min(common_length(prompt, fed), len(prompt) - 1)
+                self.fed[row] = fed[: keep[row]]
+        if keep and self.batch is not None:
+            self.batch.rewind(keep)
