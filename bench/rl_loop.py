@@ -556,9 +556,17 @@ def _concentration(sequences: list) -> dict[str, Any]:
     }
 
 
+def _attempt(traj: Any) -> int:
+    """When the loop started the rollouts of the episode's iteration (its session name is
+    `itNNNN-<start time in ns, hex>-<task>-<sample>`)."""
+    return int(traj.source.run.split("-")[1], 16)
+
+
 def _outcome_sequences(run: Path, iteration: int) -> tuple[int, list]:
     """The iteration's recorded episodes as the loop's training sequences, outcome advantages
-    and the run's weighting (groups: the session name less its sample index)."""
+    and the run's weighting (groups: the session name less its sample index). An iteration
+    rolled out again after its run was stopped holds its episodes twice: the last attempt's
+    count."""
     from trajforge.export.rl import rl_samples
     from trajforge.store import Store
     from trajforge.train.rl.advantages import training_sequences
@@ -566,7 +574,9 @@ def _outcome_sequences(run: Path, iteration: int) -> tuple[int, list]:
     from trajforge.train.rl.rollouts import Episode
 
     with Store(run / "rollouts.db") as store:
-        mine = [t for t in store.query() if t.source.run.startswith(f"it{iteration:04d}-")]
+        attempts = [t for t in store.query() if t.source.run.startswith(f"it{iteration:04d}-")]
+    last = max((_attempt(t) for t in attempts), default=None)
+    mine = [t for t in attempts if _attempt(t) == last]
     episodes = [
         Episode(t.source.run, t.source.run.rsplit("-", 1)[0], t, t, list(rl_samples(t)))
         for t in mine
