@@ -70,6 +70,7 @@ CALL, ARG, END = "<|call|>", "<|arg|>", "<|end|>"
         [CALL, "put", ARG, "mug 1", ARG, "shelf 1", ARG, "mug 1", ARG, "desk 1", END],
         [CALL, "put", ARG, "mug 1", END],  # a value short
         [CALL, "go", ARG, "shelf 1", CALL, "go", ARG, "desk 1", END],
+        [CALL, "mug 1", "shelf 1", "put", ARG, "desk 1", END],  # a name of several words
     ],
 )
 def test_a_generated_call_reads_back_as_the_tokens_it_was(generated: list[str]) -> None:

@@ -253,7 +253,7 @@ class CompactCodec:
         order = schema_params(tools)
         for marker, part in zip(markers[1:], parts[1:], strict=True):
             if marker == "<|call|>":
-                calls.append({"name": "".join(part), "values": []})
+                calls.append({"name": _spelled(part), "values": []})
             elif calls:
                 calls[-1]["values"].append(_join(part))
         message: dict[str, Any] = {"role": "assistant", "content": content or None}
@@ -273,6 +273,15 @@ def _join(tokens: list[str]) -> str:
             text += " "
         text += token
     return text
+
+
+def _spelled(name: list[str]) -> str:
+    """A generated tool name as text that reads back as the same words: joined as one (a
+    name such as `look-around`), or with spaces between words (the student sometimes
+    generates several object names where one tool name belongs; joined as one they read
+    back as other words, a retokenization drift point)."""
+    joined = "".join(name)
+    return joined if words(joined) == name else _join(name)
 
 
 def _ordered_values(arguments: dict[str, Any], schema: list[str]) -> list[Any]:
