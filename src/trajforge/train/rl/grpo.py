@@ -103,9 +103,9 @@ def token_scores(model: Any, batch: Sequence[TrainSequence], pad_id: int) -> tup
 def passes(batch: Sequence[TrainSequence], tokens: int = PASS_TOKENS) -> Iterator[list]:
     """`batch` in runs whose padded size (rows times the longest) stays within `tokens` (a
     longer row goes alone), cut so as to pad least: the rows sorted longest first, and the
-    cuts that minimise the padded tokens plus `PASS_COST` a run. On four iterations of the
-    256 x 8 student's RL run, minibatches of 16 padded to 1.05-1.10 times their tokens so,
-    against 1.37-1.60 with the rows in the order drawn."""
+    cuts that minimise the padded tokens plus `PASS_COST` a run. Cut this way, minibatches
+    of 16 of the 256 x 8 student's RL episodes (six iterations of two seeds) came to 1.05-1.09
+    times their tokens with padding, against 1.37-1.60 cut in the order drawn."""
     rows = sorted(batch, key=lambda s: len(s.ids), reverse=True)
     cost = [0] + [math.inf] * len(rows)  # cost[end]: the best cutting of rows[:end]
     start_of = [0] * (len(rows) + 1)
