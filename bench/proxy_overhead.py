@@ -14,12 +14,14 @@ session (`--long-calls`, history growing by about 1 KB a call) whose added laten
 first and last 100 calls shows whether recording stays flat. The client is aiohttp (httpx's
 own overhead saturates at 16-64 sessions). In-process capture is measured separately
 (`inprocess_overhead.py`): an httpx client in this process calling the mock directly, under
-capture, and through the proxy. `--json` prints the summary alone on stdout (the tables go
-to stderr): `added_p50_ms` keyed by mode (`plain`, `stream`, `plain_30KB`, `inprocess`) and
-by session count, and `goals`: each goal at 1 session with its value, limit and `met` (the
-30 KB limit is 1 ms + `parse_30KB_ms`, orjson's parse of that body here; the long session
-runs direct and proxied calls in lockstep, and its goal is `last_over_first` <= 1.5, the
-added p50 of its last 100 calls over that of its first 100). `--cases` picks cases
+capture, and through the proxy. One more target runs beside the proxy: `relay`, the floor:
+the same server stack forwarding bytes and nothing else (`relay_floor.py`). `--json` prints
+the summary alone on stdout (the tables go to stderr): `added_p50_ms` keyed by mode
+(`plain`, `stream`, `plain_30KB`, `inprocess`) and by session count, the same for the relay
+(`relay_added_p50_ms`), and `goals`: each goal at 1 session with its value, limit and `met`
+(the 30 KB limit is 1 ms + `parse_30KB_ms`, orjson's parse of that body here; the long
+session runs direct and proxied calls in lockstep, and its goal is `last_over_first` <= 1.5,
+the added p50 of its last 100 calls over that of its first 100). `--cases` picks cases
 (default all: plain,stream,30KB,inprocess,long). All traffic is loopback; every loop is
 bounded.
 """
@@ -339,7 +341,12 @@ ALL_CASES = "plain,stream,30KB,inprocess,long"
 
 
 def run_cases(targets: dict[str, Target], sessions: list[int], args) -> dict:
-    summary: dict = {"added_p50_ms": {}, "added_p99_ms": {}, "p99_over_p50": {}}
+    summary: dict = {
+        "added_p50_ms": {},
+        "added_p99_ms": {},
+        "relay_added_p50_ms": {},
+        "p99_over_p50": {},
+    }
     chosen = args.cases.split(",")
     for case, (prompt, stream) in CASES.items():
         if case not in chosen:
@@ -353,6 +360,7 @@ def run_cases(targets: dict[str, Target], sessions: list[int], args) -> dict:
         key = case if case in ("plain", "stream") else "plain_30KB"
         summary["added_p50_ms"][key] = added(results, "trajforge", "p50_ms")
         summary["added_p99_ms"][key] = added(results, "trajforge", "p99_ms")
+        summary["relay_added_p50_ms"][key] = added(results, "relay", "p50_ms")
         summary["p99_over_p50"][key] = {
             str(c): round(r["p99_ms"] / r["p50_ms"], 2) for c, r in results["trajforge"].items()
         }
@@ -417,7 +425,17 @@ def start_targets(workdir: Path, processes: list, no_litellm: bool) -> dict[str,
     proxy = f"http://127.0.0.1:{proxy_port}/v1"
     proxy_server = start([*trajforge, *proxy_args], f"{proxy}/models", workdir / "p.log")
     processes.append(proxy_server)
-    targets = {"direct": (mock, mock_server.pid), "trajforge": (proxy, proxy_server.pid)}
+    relay_port = free_port()
+    relay_script = str(Path(__file__).with_name("relay_floor.py"))
+    relay_command = [sys.executable, relay_script, "--upstream", mock, "--port", str(relay_port)]
+    relay = f"http://127.0.0.1:{relay_port}/v1"
+    relay_server = start(relay_command, f"{relay}/models", workdir / "r.log")
+    processes.append(relay_server)
+    targets = {
+        "direct": (mock, mock_server.pid),
+        "relay": (relay, relay_server.pid),
+        "trajforge": (proxy, proxy_server.pid),
+    }
     if not no_litellm:
         litellm, litellm_url = start_litellm(mock, workdir)
         processes.append(litellm)
