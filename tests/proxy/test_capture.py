@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import openai
+import pytest
 
 from trajforge.models.mock_server import MockOpenAIServer
 from trajforge.models.mock_tokens import HashTokenBackend, completion_ids, prompt_ids
 from trajforge.proxy import ProxyConfig, ProxyServer
+from trajforge.proxy.app import RecordingProxy
+from trajforge.proxy.recorder import Recorder
 from trajforge.proxy.session import trajectory_id
 from trajforge.store import Store
 
@@ -245,3 +250,48 @@ def test_recorder_repairs_a_trajectory_left_behind(tmp_path: Path) -> None:
         traj = store.get(trajectory_id("killed"))
     assert [m.content for m in traj.messages] == ["hi", "yo"]
     assert traj.llm_calls[0].message_index == 1
+
+
+@pytest.mark.parametrize(
+    ("answer_after_commit", "expected"),
+    [
+        (True, ["forwarded", "committed", "answered"] * 2),
+        (False, ["forwarded", "answered", "committed"] * 2),
+    ],
+)
+def test_a_call_is_committed_before_its_answer_or_before_the_sessions_next_call(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, answer_after_commit: bool, expected: list
+) -> None:
+    """By default the answer waits for the call's commit; with `answer_after_commit` off the
+    answer comes first and the session's next call is forwarded only once it is committed.
+    Commits are slowed by 0.3 s so that the order does not depend on timing."""
+    events: list[str] = []
+    send_upstream, commit = RecordingProxy._send_upstream, Recorder._commit
+
+    async def forwarded(self: RecordingProxy, *args: Any) -> Any:
+        events.append("forwarded")
+        return await send_upstream(self, *args)
+
+    def slow_commit(self: Recorder, batch: list) -> list:
+        calls = [job for job in batch if job.call is not None]  # not flushes
+        time.sleep(0.3 if calls else 0)
+        results = commit(self, batch)
+        events.extend("committed" for _ in calls)
+        return results
+
+    monkeypatch.setattr(RecordingProxy, "_send_upstream", forwarded)
+    monkeypatch.setattr(Recorder, "_commit", slow_commit)
+    db = tmp_path / "proxy.db"
+    with MockOpenAIServer(["one", "two"]) as upstream:
+        config = ProxyConfig(upstream=upstream.base_url, answer_after_commit=answer_after_commit)
+        with ProxyServer(config, db) as proxy:
+            client = _client(proxy.session_url("run-1"))
+            messages = [{"role": "user", "content": "hi"}]
+            for _ in range(2):
+                answer = client.chat.completions.create(model="m", messages=messages)
+                events.append("answered")
+                messages += [{"role": "assistant", "content": answer.choices[0].message.content}]
+                messages += [{"role": "user", "content": "go on"}]
+            proxy.flush()
+    assert events == expected
+    assert len(Store(db).get(trajectory_id("run-1")).llm_calls) == 2

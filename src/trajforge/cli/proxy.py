@@ -140,6 +140,15 @@ def proxy_command(
         int,
         typer.Option("--max-body", help="Largest request body in bytes (larger: HTTP 413)."),
     ] = 32 * 1024 * 1024,
+    answer_after_commit: Annotated[
+        bool,
+        typer.Option(
+            "--answer-after-commit/--answer-before-commit",
+            help="Answer a call once its row is committed (default), or at once, with its "
+            "commit waited for by the session's next call (faster; a proxy killed then loses "
+            "at most each session's last answered call).",
+        ),
+    ] = True,
     db: DbOption = None,
 ) -> None:
     """Record every call of an unmodified harness: point its base URL at this proxy."""
@@ -158,6 +167,7 @@ def proxy_command(
         monitor=_monitor_config(monitor, monitor_loss, monitor_threshold),
         timeout_s=upstream_timeout,
         max_body_bytes=max_body,
+        answer_after_commit=answer_after_commit,
     )
     db = db or default_db_path()
     Store(db).close()  # a bad path or a too-new store fails here, on one line

@@ -95,6 +95,14 @@ class ProxyConfig(BaseModel):
     )
     default_session: str = Field(default="default", description="Session of calls that name none.")
     harness: str = Field(default="proxy", description="Source harness written on trajectories.")
+    answer_after_commit: bool = Field(
+        default=True,
+        description="Answer a call only once its row is committed, so every answer a client "
+        "got is on disk whenever the proxy dies. Off: a call is handed to the writer and "
+        "answered at once, its commit follows in the writer's next batch, and the session's "
+        "next call waits for it; a proxy killed then loses at most each session's last "
+        "answered call (the commit's wait leaves every call's critical path).",
+    )
     faults: FaultConfig | None = Field(default=None, description="Upstream fault injection.")
     monitor: MonitorStopConfig | None = Field(
         default=None,
