@@ -256,15 +256,16 @@ def test_recorder_repairs_a_trajectory_left_behind(tmp_path: Path) -> None:
     ("answer_after_commit", "expected"),
     [
         (True, ["forwarded", "committed", "answered"] * 2),
-        (False, ["forwarded", "answered", "committed"] * 2),
+        (False, ["forwarded", "answered", "forwarded", "committed", "answered", "committed"]),
     ],
 )
-def test_a_call_is_committed_before_its_answer_or_before_the_sessions_next_call(
+def test_a_call_is_committed_before_its_answer_or_before_the_sessions_next_answer(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, answer_after_commit: bool, expected: list
 ) -> None:
     """By default the answer waits for the call's commit; with `answer_after_commit` off the
-    answer comes first and the session's next call is forwarded only once it is committed.
-    Commits are slowed by 0.3 s so that the order does not depend on timing."""
+    answer comes first, the session's next call is forwarded at once and answered only once
+    the call before it is committed. Commits are slowed by 0.3 s so that the order does not
+    depend on timing."""
     events: list[str] = []
     send_upstream, commit = RecordingProxy._send_upstream, Recorder._commit
 

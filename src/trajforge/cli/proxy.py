@@ -145,8 +145,8 @@ def proxy_command(
         typer.Option(
             "--answer-after-commit/--answer-before-commit",
             help="Answer a call once its row is committed (default), or at once, with its "
-            "commit waited for by the session's next call (faster; a proxy killed then loses "
-            "at most each session's last answered call).",
+            "commit waited for before the session's next answer (faster; a proxy killed then "
+            "loses at most each session's last answered call).",
         ),
     ] = True,
     db: DbOption = None,

@@ -4,7 +4,7 @@ Routes: `/v1/chat/completions`, `/v1/completions`, `/v1/models`, the same under
 `/s/{session}/v1/...`, and `POST /s/{session}/outcome` to record how a session ended. Each
 call is committed to the store before the client gets the end of its answer (the last byte
 of a plain answer, the `[DONE]` of a stream), so every answered call is on disk; with
-`answer_after_commit` off, before the session's next call is forwarded instead. With a
+`answer_after_commit` off, before the session's next call is answered instead. With a
 monitor configured, a session it flags is refused from then on (see `stop.py`).
 """
 
@@ -165,7 +165,6 @@ class RecordingProxy:
         if refused is not None:
             return refused
         name = self._session(request, session)
-        await self._previous_committed(name)
         read = await self._request_body(request, endpoint, name)
         if isinstance(read, Response):
             return read
@@ -279,25 +278,22 @@ class RecordingProxy:
         monitor_stop: MonitorStop | None = None,
     ) -> None:
         """Hand the call to the recorder and wait until it is committed (with
-        `answer_after_commit` off: until the session's next call, `_previous_committed`)."""
+        `answer_after_commit` off: until the session's previous call is committed)."""
         call = context.captured(status, response, tokens, error, fault, monitor_stop)
         if self.gate is not None and response is not None and error is None:
             self.gate.observe(context.session, context.body, response)
         committed = asyncio.wrap_future(self.recorder.submit(call))
         if not self.config.answer_after_commit:
+            previous = self.uncommitted.get(context.session)
             self.uncommitted[context.session] = committed
             committed.add_done_callback(partial(self._committed_later, context.session))
+            if previous is not None:
+                await asyncio.wait([previous])
             return
         try:
             await committed
         except Exception:  # the harness still gets its answer; the operator sees why
             log.exception("could not record a call of session %s", context.session)
-
-    async def _previous_committed(self, session: str) -> None:
-        """Wait until the session's previous call is committed, if it is not yet."""
-        previous = self.uncommitted.get(session)
-        if previous is not None:
-            await asyncio.wait([previous])
 
     def _committed_later(self, session: str, committed: asyncio.Future) -> None:
         if self.uncommitted.get(session) is committed:

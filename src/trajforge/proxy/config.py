@@ -100,8 +100,8 @@ class ProxyConfig(BaseModel):
         description="Answer a call only once its row is committed, so every answer a client "
         "got is on disk whenever the proxy dies. Off: a call is handed to the writer and "
         "answered at once, its commit follows in the writer's next batch, and the session's "
-        "next call waits for it; a proxy killed then loses at most each session's last "
-        "answered call (the commit's wait leaves every call's critical path).",
+        "next call is answered only once it is committed; a proxy killed then loses at most "
+        "each session's last answered call (the commit overlaps the next call's forward).",
     )
     faults: FaultConfig | None = Field(default=None, description="Upstream fault injection.")
     monitor: MonitorStopConfig | None = Field(
