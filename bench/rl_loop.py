@@ -39,6 +39,8 @@ the curve, and per iteration what the update had to learn from (groups with equa
 tokens with a non-zero advantage, entropy, KL, clipped share), and where the first run's
 iteration-1 KL sits (its rollouts rescored under the start and the checkpoint) and how the
 loss was spread over its sequences (how many are short, and their share of the loss).
+With `--handoff-runs N` it adds the handoff matrix of the start and the last checkpoint of
+each of the first N runs (`handoff_by_run`, on `--handoff-worlds` worlds).
 
 The JSON result records the command, every setting and every iteration row. `--quick` is a
 smoke run (a small student, two iterations, few worlds): its numbers mean nothing.
@@ -310,6 +312,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "--runs", help="Only summarise these train rl run directories (comma-separated)."
     )
     parser.add_argument(
+        "--handoff-runs",
+        type=int,
+        default=0,
+        help="With --runs: the handoff matrix of the start and the last checkpoint of each of "
+        "the first N runs (on --handoff-worlds worlds).",
+    )
+    parser.add_argument(
         "--outcome-runs",
         default="",
         help="Finished outcome runs of these settings (seed 0, 1, ...) to use, not train.",
@@ -331,6 +340,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.runs:
         command = "python bench/rl_loop.py " + " ".join(sys.argv[1:] if argv is None else argv)
         result = from_runs([Path(p) for p in args.runs.split(",")], command)
+        if args.handoff_runs:
+            result["handoff_by_run"] = runs_handoff(result, args.handoff_runs, args.handoff_worlds)
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2, default=str))
         print(runs_table(result), flush=True)
@@ -488,6 +499,19 @@ def from_runs(dirs: list[Path], command: str, *, probe_kl: bool = True) -> dict[
     }
 
 
+def runs_handoff(result: dict[str, Any], runs: int, worlds: int) -> list[dict[str, Any]]:
+    """The handoff matrix of the start and the last checkpoint of each of the first `runs`
+    summarised runs (the four reacher -> solver pairings), one matrix a run."""
+    matrices = []
+    for run, rows in zip(result["runs"][:runs], result["outcome"]["iterations"], strict=False):
+        last = rows[-1]["iteration"]
+        checkpoints = {"sft": Path(result["base"]), "rl-outcome": Path(run) / f"iter-{last:04d}"}
+        print(f"handoff: {run} iteration {last}, {worlds} worlds", file=sys.stderr, flush=True)
+        matrix = handoff_matrix(checkpoints, worlds)
+        matrices.append({"run": run, "iteration": last, **matrix})
+    return matrices
+
+
 def kl_tail(run: Path, base: Path, iteration: int = 1, worst: int = 12) -> dict[str, Any]:
     """Where an iteration's KL to the start sits: the iteration's rollouts (from the run's
     store, with the loop's outcome advantages) scored under the start and under the
@@ -636,6 +660,9 @@ def runs_table(result: dict[str, Any]) -> str:
         cells = "".join(f"{row.get(k, float('nan')):>22.4f}" for k in SIGNAL)
         lines.append(f"{row['iteration']:>6}{cells}")
     lines.append(f"correlation min {result['outcome']['correlation_min']:.6f}")
+    for matrix in result.get("handoff_by_run", []):
+        lines.append(f"handoff, {matrix['run']} iteration {matrix['iteration']}:")
+        lines += handoff_lines(matrix)
     tail = result["kl_tail_iteration_1"]
     if tail is None:
         return "\n".join(lines)
@@ -660,10 +687,15 @@ def table(result: dict[str, Any]) -> str:
             f"outcome {equal['outcome']['success']:.3f} ({equal['process_minus_outcome']:+.3f})"
         )
     lines.append("handoff (REACH@k / SOLVE / end-to-end):")
-    for pair, cell in result["handoff"]["pairs"].items():
+    return "\n".join(lines + handoff_lines(result["handoff"]))
+
+
+def handoff_lines(matrix: dict[str, Any]) -> list[str]:
+    lines = []
+    for pair, cell in matrix["pairs"].items():
         reach = f"reach {cell['reach']:.3f} {cell['reach_ci']}"
         lines.append(f"  {pair:<28} {reach}  solve {cell['solve']}  e2e {cell['end_to_end']:.3f}")
-    return "\n".join(lines)
+    return lines
 
 
 if __name__ == "__main__":

@@ -79,3 +79,21 @@ def test_early_stop_is_held_against_the_outcome_arm_on_its_seeds_then() -> None:
     stopping = rl_loop.summarize([[_row(2, 0, 3)]], START, 8)
     then = rl_loop.same_seeds_then(outcome, stopping)
     assert (then["iteration"], then["success"], then["seeds"]) == (2, 0.4, 1)
+
+
+def test_the_handoff_of_runs_pairs_the_start_with_each_runs_last_checkpoint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    dirs = [_run(tmp_path, seed, "/base", 4) for seed in range(3)]
+    result = rl_loop.from_runs(dirs, "", probe_kl=False)
+    asked = []
+
+    def matrix(checkpoints: dict, worlds: int) -> dict:
+        asked.append((checkpoints, worlds))
+        return {"k": 2, "tasks": worlds, "pairs": {}}
+
+    monkeypatch.setattr(rl_loop, "handoff_matrix", matrix)
+    matrices = rl_loop.runs_handoff(result, 2, 50)
+    assert [m["run"] for m in matrices] == [str(d) for d in dirs[:2]]
+    assert [m["iteration"] for m in matrices] == [2, 2] and matrices[0]["tasks"] == 50
+    assert asked[1] == ({"sft": Path("/base"), "rl-outcome": iteration_dir(dirs[1], 2)}, 50)
