@@ -16,7 +16,7 @@ own overhead saturates at 16-64 sessions). In-process capture is measured separa
 (`inprocess_overhead.py`): an httpx client in this process calling the mock directly, under
 capture, and through the proxy. Two more targets run beside the proxy: `tf-no-wait`, the
 proxy with `--answer-before-commit` (a call is answered once handed to the writer, and the
-session's next call waits for its commit), and `relay`, the floor: the same server stack
+session's next answer waits for its commit), and `relay`, the floor: the same server stack
 forwarding bytes and nothing else (`relay_floor.py`). `--json` prints the summary alone on
 stdout (the tables go to stderr): `added_p50_ms` keyed by mode (`plain`, `stream`,
 `plain_30KB`, `inprocess`) and by session count, the same for `tf-no-wait`
@@ -420,39 +420,30 @@ def main() -> None:
 
 
 def start_targets(workdir: Path, processes: list, no_litellm: bool) -> dict[str, Target]:
-    """The mock upstream, the recording proxy in front of it, and LiteLLM's proxy."""
+    """The mock upstream; in front of it the recording proxy (answering after the commit and
+    before it), the bare relay and LiteLLM's proxy."""
+
+    def served(name: str, command: list[str]) -> Target:
+        port = free_port()
+        url = f"http://127.0.0.1:{port}/v1"
+        server = start([*command, "--port", str(port)], f"{url}/models", workdir / f"{name}.log")
+        processes.append(server)
+        return url, server.pid
+
     trajforge = [sys.executable, "-m", "trajforge"]
-    mock_port, proxy_port = free_port(), free_port()
-    mock = f"http://127.0.0.1:{mock_port}/v1"
-    mock_server = start(
-        [*trajforge, "mock-server", "--port", str(mock_port)], f"{mock}/models", workdir / "m.log"
-    )
-    processes.append(mock_server)
-    proxy_args = ["proxy", "--upstream", mock, "--port", str(proxy_port)]
-    proxy_args += ["--db", str(workdir / "bench.db")]
-    proxy = f"http://127.0.0.1:{proxy_port}/v1"
-    proxy_server = start([*trajforge, *proxy_args], f"{proxy}/models", workdir / "p.log")
-    processes.append(proxy_server)
-    no_wait_port = free_port()
-    no_wait = f"http://127.0.0.1:{no_wait_port}/v1"
-    no_wait_args = ["proxy", "--upstream", mock, "--port", str(no_wait_port)]
-    no_wait_args += ["--db", str(workdir / "no-wait.db"), "--answer-before-commit"]
-    no_wait_server = start([*trajforge, *no_wait_args], f"{no_wait}/models", workdir / "n.log")
-    processes.append(no_wait_server)
-    relay_port = free_port()
-    relay_script = str(Path(__file__).with_name("relay_floor.py"))
-    relay_command = [sys.executable, relay_script, "--upstream", mock, "--port", str(relay_port)]
-    relay = f"http://127.0.0.1:{relay_port}/v1"
-    relay_server = start(relay_command, f"{relay}/models", workdir / "r.log")
-    processes.append(relay_server)
+    mock = served("mock", [*trajforge, "mock-server"])
+    proxy = [*trajforge, "proxy", "--upstream", mock[0]]
+    relay = [sys.executable, str(Path(__file__).with_name("relay_floor.py"))]
     targets = {
-        "direct": (mock, mock_server.pid),
-        "relay": (relay, relay_server.pid),
-        "trajforge": (proxy, proxy_server.pid),
-        "tf-no-wait": (no_wait, no_wait_server.pid),
+        "direct": mock,
+        "relay": served("relay", [*relay, "--upstream", mock[0]]),
+        "trajforge": served("proxy", [*proxy, "--db", str(workdir / "bench.db")]),
+        "tf-no-wait": served(
+            "no-wait", [*proxy, "--db", str(workdir / "no-wait.db"), "--answer-before-commit"]
+        ),
     }
     if not no_litellm:
-        litellm, litellm_url = start_litellm(mock, workdir)
+        litellm, litellm_url = start_litellm(mock[0], workdir)
         processes.append(litellm)
         targets["litellm"] = (litellm_url, litellm.pid)
     return targets

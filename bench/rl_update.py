@@ -124,7 +124,7 @@ def main() -> None:
         file=sys.stderr,
     )
     best = {name: float("inf") for name in SIDES}
-    counted = {name: Counted(cut) for name, cut in SIDES.items()}
+    counted: dict[str, Counted] = {}
     for repeat in range(args.repeat):
         for name, cut in SIDES.items():
             counted[name] = Counted(cut)  # each run counts its own passes
