@@ -5,6 +5,7 @@
                             [--handoff-worlds 200] [--early-stop-after N] [--lr 1e-4]
                             [--compared-iterations N] [--outcome-runs DIR,DIR,...] [--work DIR]
                             [--out bench/results/rl_loop.json]
+    python bench/rl_loop.py --runs DIR,DIR,... [--process-runs DIR,...] [--handoff-runs N]
 
 1. The SFT starting point: `--base` (a `train sft` checkpoint), or the learning lab's E
    student trained here (the observable teacher's successes on 400 difficulty-1 worlds;
@@ -40,7 +41,11 @@ tokens with a non-zero advantage, entropy, KL, clipped share), and where the fir
 iteration-1 KL sits (its rollouts rescored under the start and the checkpoint) and how the
 loss was spread over its sequences (how many are short, and their share of the loss).
 With `--handoff-runs N` it adds the handoff matrix of the start and the last checkpoint of
-each of the first N runs (`handoff_by_run`, on `--handoff-worlds` worlds).
+each of the first N runs (`handoff_by_run`, on `--handoff-worlds` worlds). With
+`--process-runs DIR,...` (runs of the same base and settings with `--reward process`) it adds
+the process arm in the layout above: its curve, the episodes it took to reach the outcome
+arm's final success, and both arms at equal episodes, on all seeds and on the process arm's
+seeds alone (`at_equal_episodes_same_seeds`).
 
 The JSON result records the command, every setting and every iteration row. `--quick` is a
 smoke run (a small student, two iterations, few worlds): its numbers mean nothing.
@@ -319,6 +324,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "the first N runs (on --handoff-worlds worlds).",
     )
     parser.add_argument(
+        "--process-runs",
+        default="",
+        help="With --runs: process-reward runs of the same base and settings to compare.",
+    )
+    parser.add_argument(
         "--outcome-runs",
         default="",
         help="Finished outcome runs of these settings (seed 0, 1, ...) to use, not train.",
@@ -340,6 +350,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.runs:
         command = "python bench/rl_loop.py " + " ".join(sys.argv[1:] if argv is None else argv)
         result = from_runs([Path(p) for p in args.runs.split(",")], command)
+        if args.process_runs:
+            result = with_process_arm(result, [Path(p) for p in args.process_runs.split(",")])
         if args.handoff_runs:
             result["handoff_by_run"] = runs_handoff(result, args.handoff_runs, args.handoff_worlds)
         args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -465,37 +477,86 @@ sharing a machine take one each; a resumed run may take another)."""
 SIGNAL = ("reward", "zero_variance_groups", "advantage_tokens", "entropy", "kl", "clipped")
 
 
-def from_runs(dirs: list[Path], command: str, *, probe_kl: bool = True) -> dict[str, Any]:
-    """An outcome arm summarised from `train rl` runs of one base and one setting (with
-    `probe_kl`, where the first run's iteration-1 KL sits: `kl_tail`)."""
-    from trajforge.train.rl.checkpoints import read_run, rebuild_log
+def read_runs(dirs: list[Path], option: str = "--runs", ignored: tuple = PER_RUN) -> list[dict]:
+    """The `rl.json` of runs of one base and one setting (but for `ignored` settings), each of
+    which evaluated the same start."""
+    from trajforge.train.rl.checkpoints import read_run
 
     runs = [read_run(d) for d in dirs]
-    settings = [{k: v for k, v in r["config"].items() if k not in PER_RUN} for r in runs]
+    settings = [{k: v for k, v in r["config"].items() if k not in ignored} for r in runs]
     same = [
         r["base"] == runs[0]["base"] and s == settings[0]
         for r, s in zip(runs, settings, strict=True)
     ]
     if not all(same):
-        raise SystemExit(f"--runs: {dirs} differ in base or settings (other than {PER_RUN})")
+        raise SystemExit(f"{option}: {dirs} differ in base or settings (other than {ignored})")
     if any(r["initial"] != runs[0]["initial"] for r in runs) or runs[0]["initial"] is None:
-        raise SystemExit("--runs: each run must have evaluated the same start (--eval-every)")
+        raise SystemExit(f"{option}: each run must have evaluated the same start (--eval-every)")
+    return runs
+
+
+def from_runs(dirs: list[Path], command: str, *, probe_kl: bool = True) -> dict[str, Any]:
+    """An outcome arm summarised from `train rl` runs of one base and one setting (with
+    `probe_kl`, where the first run's iteration-1 KL sits: `kl_tail`)."""
+    from trajforge.train.rl.checkpoints import rebuild_log
+
+    runs = read_runs(dirs)
     if probe_kl and runs[0]["config"]["reward"] != "outcome":
         raise SystemExit("--runs: the KL probe recomputes outcome advantages; these are not")
     rows = [rebuild_log(d) for d in dirs]
-    config = runs[0]["config"]
+    config, start = runs[0]["config"], runs[0]["initial"]
     per_iteration = config["tasks_per_iteration"] * config["group_size"]
+    outcome = summarize(rows, start, per_iteration)
+    sft = {"success": start["rate"], "success_ci": start["ci"], "n": start["n"]}
     return {
         "command": command,
         "label": "held-out household difficulty-1 worlds (seeds >= 1,000,000), greedy, 20 steps",
         "runs": [str(d) for d in dirs],
         "seeds": [r["config"]["seed"] for r in runs],
         "base": runs[0]["base"],
-        "rl": settings[0],
-        "sft": {k: runs[0]["initial"][k] for k in ("rate", "ci", "n", "successes")},
-        "outcome": summarize(rows, runs[0]["initial"], per_iteration),
+        "rl": {k: v for k, v in config.items() if k not in PER_RUN},
+        "sft": {**sft, "successes": start["successes"], "checkpoint": runs[0]["base"]},
+        "outcome": outcome,
+        "correlation_min": outcome["correlation_min"],
         "signal_by_iteration": signal(rows),
         "kl_tail_iteration_1": kl_tail(dirs[0], Path(runs[0]["base"])) if probe_kl else None,
+    }
+
+
+def with_process_arm(result: dict[str, Any], dirs: list[Path]) -> dict[str, Any]:
+    """`result` (from `from_runs`) with a process-guided arm summarised from `dirs`: runs from
+    the same base with the outcome arm's settings but the reward. Held against the outcome arm
+    at equal episodes twice: on all its seeds, and on the process arm's seeds alone."""
+    from trajforge.train.rl.checkpoints import rebuild_log
+
+    runs = read_runs(dirs, "--process-runs")
+    arm = {k: v for k, v in runs[0]["config"].items() if k not in (*PER_RUN, "reward")}
+    start = runs[0]["initial"]
+    if runs[0]["base"] != result["base"] or start["successes"] != result["sft"]["successes"]:
+        raise SystemExit("--process-runs: another base or another start than --runs")
+    if arm != {k: v for k, v in result["rl"].items() if k != "reward"}:
+        raise SystemExit("--process-runs: settings other than the reward differ from --runs")
+    if runs[0]["config"]["reward"] != "process":
+        raise SystemExit(f"--process-runs: {dirs[0]} was trained with another reward")
+    per_iteration = arm["tasks_per_iteration"] * arm["group_size"]
+    process = summarize([rebuild_log(d) for d in dirs], start, per_iteration)
+    outcome, target = result["outcome"], result["outcome"]["success"]
+    seeds = [r["config"]["seed"] for r in runs]
+    by_seed = zip(result["seeds"], outcome["iterations"], strict=True)
+    paired = [rows for seed, rows in by_seed if seed in seeds]
+    paired_outcome = summarize(paired, start, per_iteration)
+    return {
+        **result,
+        "process": process,
+        "process_runs": [str(d) for d in dirs],
+        "process_seeds": seeds,
+        "correlation_min": min(outcome["correlation_min"], process["correlation_min"]),
+        "process_episodes_to_outcome_final": episodes_to_reach(process["curve"], target),
+        "outcome_episodes_to_outcome_final": episodes_to_reach(outcome["curve"], target),
+        "at_equal_episodes": at_equal_episodes({"outcome": outcome, "process": process}),
+        "at_equal_episodes_same_seeds": at_equal_episodes(
+            {"outcome": paired_outcome, "process": process}
+        ),
     }
 
 
@@ -651,15 +712,19 @@ def signal(runs: list[list[dict]]) -> list[dict[str, Any]]:
 
 
 def runs_table(result: dict[str, Any]) -> str:
-    lines = [f"{'iter':>6}{'episodes':>10}{'success':>10}  95% CI  by seed"]
-    for p in result["outcome"]["curve"]:
-        head = f"{p['iteration']:>6}{p['episodes']:>10}{p['success']:>10.3f}"
-        lines.append(f"{head}  {p['success_ci']}  {p['success_by_seed']}")
+    lines = [f"{'arm':<10}{'iter':>6}{'episodes':>10}{'success':>10}  95% CI  by seed"]
+    for kind in (k for k in KINDS if k in result):
+        for p in result[kind]["curve"]:
+            head = f"{kind:<10}{p['iteration']:>6}{p['episodes']:>10}{p['success']:>10.3f}"
+            lines.append(f"{head}  {p['success_ci']}  {p['success_by_seed']}")
     lines.append(f"{'iter':>6}" + "".join(f"{k:>22}" for k in SIGNAL))
     for row in result["signal_by_iteration"]:
         cells = "".join(f"{row.get(k, float('nan')):>22.4f}" for k in SIGNAL)
         lines.append(f"{row['iteration']:>6}{cells}")
-    lines.append(f"correlation min {result['outcome']['correlation_min']:.6f}")
+    lines.append(f"correlation min {result['correlation_min']:.6f}")
+    for key in ("at_equal_episodes", "at_equal_episodes_same_seeds"):
+        if equal := result.get(key):
+            lines.append(equal_line(key, equal))
     for matrix in result.get("handoff_by_run", []):
         lines.append(f"handoff, {matrix['run']} iteration {matrix['iteration']}:")
         lines += handoff_lines(matrix)
@@ -682,12 +747,18 @@ def table(result: dict[str, Any]) -> str:
             lines.append(f"{head}{p['success']:>10.3f}  {p['success_ci']}")
     lines.append(f"correlation min {result['correlation_min']:.6f}")
     if equal := result.get("at_equal_episodes"):
-        lines.append(
-            f"at {equal['episodes']} episodes: process {equal['process']['success']:.3f}, "
-            f"outcome {equal['outcome']['success']:.3f} ({equal['process_minus_outcome']:+.3f})"
-        )
+        lines.append(equal_line("at_equal_episodes", equal))
     lines.append("handoff (REACH@k / SOLVE / end-to-end):")
     return "\n".join(lines + handoff_lines(result["handoff"]))
+
+
+def equal_line(key: str, equal: dict[str, Any]) -> str:
+    process, outcome = equal["process"], equal["outcome"]
+    return (
+        f"{key}, {equal['episodes']} episodes: process {process['success']:.3f} "
+        f"{process['success_ci']}, outcome {outcome['success']:.3f} {outcome['success_ci']} "
+        f"({equal['process_minus_outcome']:+.3f})"
+    )
 
 
 def handoff_lines(matrix: dict[str, Any]) -> list[str]:

@@ -31,9 +31,9 @@ def _row(iteration: int, seed: int, held: int | None) -> dict:
     return row
 
 
-def _run(root: Path, seed: int, base: str, finals: int) -> Path:
-    out = root / f"seed{seed}"
-    write_run(out, Path(base), {**CONFIG, "seed": seed}, START)
+def _run(root: Path, seed: int, base: str, finals: int, reward: str = "outcome") -> Path:
+    out = root / f"{reward}-seed{seed}"
+    write_run(out, Path(base), {**CONFIG, "seed": seed, "reward": reward}, START)
     for iteration, held in ((1, None), (2, finals)):
         folder = iteration_dir(out, iteration)
         folder.mkdir(parents=True)
@@ -58,6 +58,33 @@ def test_runs_of_another_base_are_refused(tmp_path: Path) -> None:
     dirs = [_run(tmp_path, 0, "/base", 4), _run(tmp_path, 1, "/other", 6)]
     with pytest.raises(SystemExit, match="differ in base or settings"):
         rl_loop.from_runs(dirs, "", probe_kl=False)
+
+
+def test_a_process_arm_is_held_against_the_outcome_arm_on_all_seeds_and_on_its_own(
+    tmp_path: Path,
+) -> None:
+    outcome = [_run(tmp_path, seed, "/base", held) for seed, held in ((0, 4), (1, 8), (2, 9))]
+    process = [_run(tmp_path, 0, "/base", 6, reward="process")]
+    result = rl_loop.with_process_arm(rl_loop.from_runs(outcome, "", probe_kl=False), process)
+    assert (result["process"]["success"], result["process_seeds"]) == (0.6, [0])
+    assert result["outcome"]["success"] == 0.7 and result["correlation_min"] == 1.0
+    assert result["at_equal_episodes"]["process_minus_outcome"] == -0.1
+    same_seeds = result["at_equal_episodes_same_seeds"]
+    assert (same_seeds["outcome"]["success"], same_seeds["process_minus_outcome"]) == (0.4, 0.2)
+    assert result["process_episodes_to_outcome_final"] is None
+    assert result["outcome_episodes_to_outcome_final"] == 16
+
+
+def test_a_process_arm_of_other_settings_or_reward_is_refused(tmp_path: Path) -> None:
+    result = rl_loop.from_runs([_run(tmp_path, 0, "/base", 4)], "", probe_kl=False)
+    with pytest.raises(SystemExit, match="another reward"):
+        rl_loop.with_process_arm(result, [_run(tmp_path, 1, "/base", 4)])
+    other = _run(tmp_path, 0, "/base", 4, reward="process")
+    config = orjson.loads((other / "rl.json").read_bytes())
+    config["config"]["lr"] = 1e-3
+    (other / "rl.json").write_bytes(orjson.dumps(config))
+    with pytest.raises(SystemExit, match="other than the reward"):
+        rl_loop.with_process_arm(result, [other])
 
 
 def test_arms_of_different_lengths_meet_at_equal_episodes() -> None:
