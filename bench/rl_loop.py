@@ -3,6 +3,7 @@
     python bench/rl_loop.py [--quick] [--base CKPT] [--seeds 3] [--iterations 20] [--tasks 8]
                             [--group 8] [--test-worlds 300] [--eval-every 5]
                             [--handoff-worlds 200] [--early-stop-after N] [--lr 1e-4]
+                            [--concurrency 32]
                             [--compared-iterations N] [--outcome-runs DIR,DIR,...] [--work DIR]
                             [--out bench/results/rl_loop.json]
     python bench/rl_loop.py --runs DIR,DIR,... [--process-runs DIR,...] [--handoff-runs N]
@@ -294,6 +295,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--tasks", type=int, default=8)
     parser.add_argument("--group", type=int, default=8)
     parser.add_argument("--lr", type=float, default=1e-4)
+    parser.add_argument("--concurrency", type=int, default=32, help="episodes in flight")
     parser.add_argument("--test-worlds", type=int, default=300)
     parser.add_argument("--eval-every", type=int, default=5)
     parser.add_argument("--handoff-worlds", type=int, default=200)
@@ -379,7 +381,7 @@ def main(argv: list[str] | None = None) -> int:
     config = RLConfig(
         iterations=args.iterations, tasks_per_iteration=args.tasks, group_size=args.group,
         lr=args.lr, eval_every=args.eval_every, eval_tasks=args.test_worlds, threads=1,
-        concurrency=32,
+        concurrency=args.concurrency,
     )  # fmt: skip
     compared = config.model_copy(update={"iterations": args.compared_iterations or args.iterations})
     per_iteration = args.tasks * args.group
