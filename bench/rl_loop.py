@@ -7,6 +7,7 @@
                             [--compared-iterations N] [--outcome-runs DIR,DIR,...] [--work DIR]
                             [--out bench/results/rl_loop.json]
     python bench/rl_loop.py --runs DIR,DIR,... [--process-runs DIR,...] [--handoff-runs N]
+                            [--early-stop-runs DIR,...]
 
 1. The SFT starting point: `--base` (a `train sft` checkpoint), or the learning lab's E
    student trained here (the observable teacher's successes on 400 difficulty-1 worlds;
@@ -46,7 +47,9 @@ each of the first N runs (`handoff_by_run`, on `--handoff-worlds` worlds). With
 `--process-runs DIR,...` (runs of the same base and settings with `--reward process`) it adds
 the process arm in the layout above: its curve, the episodes it took to reach the outcome
 arm's final success, and both arms at equal episodes, on all seeds and on the process arm's
-seeds alone (`at_equal_episodes_same_seeds`).
+seeds alone (`at_equal_episodes_same_seeds`). With `--early-stop-runs DIR,...` (the same
+with `--early-stop-after N`) it adds `early_stop`: episode-steps with and without the stop
+over the iterations both trained, on the same seeds, and held-out success at the end of each.
 
 The JSON result records the command, every setting and every iteration row. `--quick` is a
 smoke run (a small student, two iterations, few worlds): its numbers mean nothing.
@@ -331,6 +334,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         help="With --runs: process-reward runs of the same base and settings to compare.",
     )
     parser.add_argument(
+        "--early-stop-runs",
+        default="",
+        help="With --runs: runs of the same base and settings with --early-stop-after N.",
+    )
+    parser.add_argument(
         "--outcome-runs",
         default="",
         help="Finished outcome runs of these settings (seed 0, 1, ...) to use, not train.",
@@ -354,6 +362,9 @@ def main(argv: list[str] | None = None) -> int:
         result = from_runs([Path(p) for p in args.runs.split(",")], command)
         if args.process_runs:
             result = with_process_arm(result, [Path(p) for p in args.process_runs.split(",")])
+        if args.early_stop_runs:
+            stopping = [Path(p) for p in args.early_stop_runs.split(",")]
+            result = with_early_stop_arm(result, stopping)
         if args.handoff_runs:
             result["handoff_by_run"] = runs_handoff(result, args.handoff_runs, args.handoff_worlds)
         args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -562,6 +573,44 @@ def with_process_arm(result: dict[str, Any], dirs: list[Path]) -> dict[str, Any]
     }
 
 
+def with_early_stop_arm(result: dict[str, Any], dirs: list[Path]) -> dict[str, Any]:
+    """`result` (from `from_runs`) with an outcome arm whose proxy stopped the rollouts its
+    failure monitor flagged (`--early-stop-after`), summarised from `dirs` and held against
+    the outcome runs of the same seeds over the iterations both trained."""
+    from trajforge.train.rl.checkpoints import rebuild_log
+
+    runs = read_runs(dirs, "--early-stop-runs")
+    config, start = runs[0]["config"], runs[0]["initial"]
+    arm = {k: v for k, v in config.items() if k not in (*PER_RUN, "early_stop_after")}
+    if runs[0]["base"] != result["base"] or start["successes"] != result["sft"]["successes"]:
+        raise SystemExit("--early-stop-runs: another base or another start than --runs")
+    if arm != {k: v for k, v in result["rl"].items() if k != "early_stop_after"}:
+        raise SystemExit("--early-stop-runs: settings other than the early stop differ from --runs")
+    if not config["early_stop_after"]:
+        raise SystemExit(f"--early-stop-runs: {dirs[0]} ran without --early-stop-after")
+    per_iteration = config["tasks_per_iteration"] * config["group_size"]
+    rows = [rebuild_log(d) for d in dirs]
+    stopping = summarize(rows, start, per_iteration)
+    seeds = [r["config"]["seed"] for r in runs]
+    by_seed = dict(zip(result["seeds"], result["outcome"]["iterations"], strict=True))
+    if missing := [seed for seed in seeds if seed not in by_seed]:
+        raise SystemExit(f"--early-stop-runs: no outcome run of seed {missing} in --runs")
+    paired = summarize([by_seed[seed] for seed in seeds], start, per_iteration)
+    monitors = [orjson.loads(p.read_bytes()) for d in dirs if (p := d / "monitor.json").is_file()]
+    return {
+        **result,
+        "early_stop": {
+            **early_stop(paired["iterations"], rows, config["early_stop_after"]),
+            "monitors": monitors,
+            "heldout_final": {k: stopping[k] for k in ("success", "success_ci")},
+            "outcome_same_seeds_then": same_seeds_then(paired, stopping),
+        },
+        EARLY: stopping,
+        "early_stop_runs": [str(d) for d in dirs],
+        "correlation_min": min(result["correlation_min"], stopping["correlation_min"]),
+    }
+
+
 def runs_handoff(result: dict[str, Any], runs: int, worlds: int) -> list[dict[str, Any]]:
     """The handoff matrix of the start and the last checkpoint of each of the first `runs`
     summarised runs (the four reacher -> solver pairings), one matrix a run."""
@@ -727,6 +776,8 @@ def runs_table(result: dict[str, Any]) -> str:
     for key in ("at_equal_episodes", "at_equal_episodes_same_seeds"):
         if equal := result.get(key):
             lines.append(equal_line(key, equal))
+    if stop := result.get("early_stop"):
+        lines.append(early_stop_line(stop))
     for matrix in result.get("handoff_by_run", []):
         lines.append(f"handoff, {matrix['run']} iteration {matrix['iteration']}:")
         lines += handoff_lines(matrix)
@@ -752,6 +803,18 @@ def table(result: dict[str, Any]) -> str:
         lines.append(equal_line("at_equal_episodes", equal))
     lines.append("handoff (REACH@k / SOLVE / end-to-end):")
     return "\n".join(lines + handoff_lines(result["handoff"]))
+
+
+def early_stop_line(stop: dict[str, Any]) -> str:
+    final, then = stop["heldout_final"], stop["outcome_same_seeds_then"]
+    return (
+        f"early stop after {stop['monitor_after_iterations']} iterations, "
+        f"{stop['compared_iterations']} iterations compared: episode-steps "
+        f"{stop['episode_steps_with']} against {stop['episode_steps_without']} "
+        f"(saved {stop['compute_saved']}), {stop['stopped_episodes']} of {stop['episodes']} "
+        f"episodes stopped; held-out {final['success']:.3f} {final['success_ci']} against "
+        f"{then['success']:.3f} {then['success_ci']} at iteration {then['iteration']}"
+    )
 
 
 def equal_line(key: str, equal: dict[str, Any]) -> str:

@@ -31,14 +31,20 @@ def _row(iteration: int, seed: int, held: int | None) -> dict:
     return row
 
 
-def _run(root: Path, seed: int, base: str, finals: int, reward: str = "outcome") -> Path:
-    out = root / f"{reward}-seed{seed}"
-    write_run(out, Path(base), {**CONFIG, "seed": seed, "reward": reward}, START)
+def _run(
+    root: Path, seed: int, base: str, finals: int, reward: str = "outcome", stop_after: int = 0
+) -> Path:
+    out = root / f"{reward}-{stop_after}-seed{seed}"
+    config = {**CONFIG, "seed": seed, "reward": reward, "early_stop_after": stop_after}
+    write_run(out, Path(base), config, START)
     for iteration, held in ((1, None), (2, finals)):
         folder = iteration_dir(out, iteration)
         folder.mkdir(parents=True)
         (folder / "state.pt").write_bytes(b"")
-        (folder / "metrics.json").write_bytes(orjson.dumps(_row(iteration, seed, held)))
+        row = _row(iteration, seed, held)
+        stopped = stop_after and iteration > stop_after
+        row.update(episode_steps=40 if stopped else 100, stopped=5 if stopped else 0)
+        (folder / "metrics.json").write_bytes(orjson.dumps(row))
     return out
 
 
@@ -85,6 +91,22 @@ def test_a_process_arm_of_other_settings_or_reward_is_refused(tmp_path: Path) ->
     (other / "rl.json").write_bytes(orjson.dumps(config))
     with pytest.raises(SystemExit, match="other than the reward"):
         rl_loop.with_process_arm(result, [other])
+
+
+def test_an_early_stop_arm_is_held_against_the_outcome_runs_of_its_seeds(tmp_path: Path) -> None:
+    outcome = [_run(tmp_path, seed, "/base", held) for seed, held in ((0, 4), (1, 8))]
+    stopping = [_run(tmp_path, 1, "/base", 7, stop_after=1)]
+    (stopping[0] / "monitor.json").write_bytes(orjson.dumps({"after": 1, "threshold": 0.7}))
+    result = rl_loop.from_runs(outcome, "", probe_kl=False)
+    stop = rl_loop.with_early_stop_arm(result, stopping)["early_stop"]
+    assert (stop["compared_iterations"], stop["episode_steps_with"]) == (1, 40)
+    assert (stop["episode_steps_without"], stop["compute_saved"]) == (100, 0.6)
+    assert stop["heldout_final"]["success"] == 0.7 and stop["monitors"][0]["threshold"] == 0.7
+    assert stop["outcome_same_seeds_then"]["success_by_seed"] == [0.8]
+    with pytest.raises(SystemExit, match="without --early-stop-after"):
+        rl_loop.with_early_stop_arm(result, [outcome[0]])
+    with pytest.raises(SystemExit, match=r"no outcome run of seed \[2\]"):
+        rl_loop.with_early_stop_arm(result, [_run(tmp_path, 2, "/base", 7, stop_after=1)])
 
 
 def test_arms_of_different_lengths_meet_at_equal_episodes() -> None:
