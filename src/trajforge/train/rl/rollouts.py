@@ -21,6 +21,7 @@ on either backend, whatever batches the requests land in.
 from __future__ import annotations
 
 import hashlib
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
@@ -35,7 +36,7 @@ from trajforge.agents.llm import LLMPolicy
 from trajforge.envs.household import HouseholdEnv
 from trajforge.errors import UserError
 from trajforge.export.rl import rl_samples
-from trajforge.models.openai_compat import OpenAICompatibleModel, OpenAIModelConfig
+from trajforge.models.openai_compat import OpenAICompatibleModel, OpenAIModelConfig, ssl_context
 from trajforge.processes import ray_session, usable_cores
 from trajforge.proxy import ProxyConfig, ProxyServer
 from trajforge.proxy.config import MonitorStopConfig
@@ -123,8 +124,20 @@ def roll_out(rollout: Rollout) -> Trajectory:
     run = run_episode(HouseholdEnv(), policy, rollout.task, limits=rollout.limits)
     if run.outcome.status != "model_error":  # a run the server failed is not judged
         outcome = {"success": bool(run.outcome.success), "reward": run.outcome.reward}
-        httpx.post(rollout.outcome_url, json=outcome, timeout=60)
+        _thread_client().post(rollout.outcome_url, json=outcome).raise_for_status()
     return run
+
+
+_THREAD = threading.local()
+
+
+def _thread_client() -> httpx.Client:
+    """This thread's client for posting outcomes (`httpx.post` makes a client, and loads the
+    certificate store, every time: tens of ms an episode)."""
+    client = getattr(_THREAD, "client", None)
+    if client is None:
+        client = _THREAD.client = httpx.Client(verify=ssl_context(), timeout=60)
+    return client
 
 
 def _ray_rollouts(payloads: list[bytes]) -> list[bytes]:
