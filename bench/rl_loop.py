@@ -7,7 +7,7 @@
                             [--compared-iterations N] [--outcome-runs DIR,DIR,...] [--work DIR]
                             [--out bench/results/rl_loop.json]
     python bench/rl_loop.py --runs DIR,DIR,... [--process-runs DIR,...] [--handoff-runs N]
-                            [--early-stop-runs DIR,...]
+                            [--early-stop-runs DIR,...] [--no-kl-probe]
 
 1. The SFT starting point: `--base` (a `train sft` checkpoint), or the learning lab's E
    student trained here (the observable teacher's successes on 400 difficulty-1 worlds;
@@ -329,6 +329,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "the first N runs (on --handoff-worlds worlds).",
     )
     parser.add_argument(
+        "--no-kl-probe",
+        action="store_true",
+        help="With --runs: leave out where iteration 1's KL sits (minutes of rescoring).",
+    )
+    parser.add_argument(
         "--process-runs",
         default="",
         help="With --runs: process-reward runs of the same base and settings to compare.",
@@ -359,7 +364,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     if args.runs:
         command = "python bench/rl_loop.py " + " ".join(sys.argv[1:] if argv is None else argv)
-        result = from_runs([Path(p) for p in args.runs.split(",")], command)
+        dirs = [Path(p) for p in args.runs.split(",")]
+        result = from_runs(dirs, command, probe_kl=not args.no_kl_probe)
         if args.process_runs:
             result = with_process_arm(result, [Path(p) for p in args.process_runs.split(",")])
         if args.early_stop_runs:
