@@ -219,3 +219,18 @@ def test_finished_rows_leave_the_batch_and_the_others_sample_as_alone(student_di
         assert batched[n].logprobs == pytest.approx(alone.logprobs, abs=1e-4)
         fed = prompt + batched[n].token_ids[:-1]  # the last token is never fed
         assert cache.lookup([*fed, 0]).length == len(fed)
+
+
+def test_sampling_follows_the_distribution_at_its_temperature() -> None:
+    import torch
+
+    from trajforge.serve.student import _choose
+
+    probs = torch.tensor([0.5, 0.0, 0.3, 0.2])
+    logprobs = probs.log().expand(1000, -1)
+    evenly = (torch.arange(1000, dtype=torch.float64) + 0.5) / 1000
+    counts = torch.bincount(_choose(logprobs, 1.0, evenly), minlength=4).tolist()
+    assert counts == [500, 0, 300, 200]
+    sharper = torch.bincount(_choose(logprobs, 0.5, evenly), minlength=4).tolist()
+    assert sharper == [658, 0, 237, 105]  # probabilities squared, renormalised: 25:9:4
+    assert _choose(logprobs[:2], 1.0, None).tolist() == [0, 0]

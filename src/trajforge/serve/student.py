@@ -159,8 +159,8 @@ class Student:
             for start in range(0, len(prompts), MAX_ROWS):
                 chunk = [self.fit(p, max_new_tokens) for p in prompts[start : start + MAX_ROWS]]
                 sink = _shifted(on_token, start)
-                generators = _generators(seeds[start : start + MAX_ROWS], temperature)
-                sampling = _Sampling(max_new_tokens, temperature, generators, sink)
+                draws = _draws(seeds[start : start + MAX_ROWS], temperature, max_new_tokens)
+                sampling = _Sampling(max_new_tokens, temperature, draws, sink)
                 results += _decode(self, chunk, sampling, prefix_cache)
         return results
 
@@ -393,21 +393,25 @@ def row_seeds(seed: int | Sequence[int], rows: int) -> list[int]:
     return list(seed)
 
 
-def _generators(seeds: Sequence[int], temperature: float) -> list[Any]:
-    """A random generator per row (none is needed to decode greedily)."""
+def _draws(seeds: Sequence[int], temperature: float, steps: int) -> Any:
+    """`[rows, steps]`: each row's uniform draw for each token it may sample, from a random
+    generator of its own seed, so a row's draws do not depend on the others (None when
+    decoding greedily). Drawn at once: a draw a row and a step cost more than the step's
+    model arithmetic at a few dozen rows."""
     import torch
 
     if temperature <= 0:
-        return []
-    return [torch.Generator().manual_seed(seed) for seed in seeds]
+        return None
+    rows = [torch.rand(steps, generator=torch.Generator().manual_seed(seed)) for seed in seeds]
+    return torch.stack(rows).double()
 
 
 @dataclass
 class _Sampling:
     max_new: int
     temperature: float
-    generators: list[Any]
-    """One per row, each drawn once a step, so a row's draws do not depend on the others."""
+    draws: Any
+    """`_draws`: column k samples the k-th token of every row (None: greedy)."""
     on_token: TokenSink | None = None
 
 
@@ -433,12 +437,13 @@ def _sample_loop(
     scores: list[list[float]] = [[] for _ in fed]
     rows = list(range(len(fed)))  # the row of each index of the batch as it is now
     done = torch.zeros(len(fed), dtype=torch.bool)
-    generators = sampling.generators
+    draws = sampling.draws
     for step in range(sampling.max_new):
-        chosen = _choose(logprobs, sampling.temperature, generators)
-        picked = logprobs.gather(1, chosen.unsqueeze(1)).squeeze(1)
+        chosen = _choose(logprobs, sampling.temperature, None if draws is None else draws[:, step])
+        picked = logprobs.gather(1, chosen.unsqueeze(1)).squeeze(1).tolist()
+        chosen_ids = chosen.tolist()
         for index in (~done).nonzero().flatten().tolist():
-            row, token, score = rows[index], int(chosen[index]), float(picked[index])
+            row, token, score = rows[index], chosen_ids[index], picked[index]
             tokens[row].append(token)
             scores[row].append(score)
             if sampling.on_token is not None:
@@ -452,10 +457,11 @@ def _sample_loop(
                 retired(batch, index, rows[index])
             batch.select(keep)
             rows, done, chosen = [rows[i] for i in keep], done[keep], chosen[keep]
-            generators = [generators[i] for i in keep] if generators else generators
+            chosen_ids = [chosen_ids[i] for i in keep]
+            draws = None if draws is None else draws[keep]
         live = (~done).long()
         for index in live.nonzero().flatten().tolist():
-            fed[rows[index]].append(int(chosen[index]))
+            fed[rows[index]].append(chosen_ids[index])
         logprobs = batch.step(chosen, live)
     if retired is not None:
         for index, row in enumerate(rows):
@@ -463,17 +469,17 @@ def _sample_loop(
     return tokens, scores
 
 
-def _choose(logprobs: Any, temperature: float, generators: list[Any]) -> Any:
+def _choose(logprobs: Any, temperature: float, draws: Any) -> Any:
+    """Each row's token: the most likely (greedy), or the one whose span of the cumulative
+    distribution at `temperature` holds the row's draw (in [0, 1))."""
     import torch
 
-    if temperature > 0:
-        probs = torch.softmax(logprobs / temperature, dim=-1)
-        picks = [
-            torch.multinomial(row, 1, generator=generator)
-            for row, generator in zip(probs, generators, strict=True)
-        ]
-        return torch.cat(picks)
-    return logprobs.argmax(dim=-1)
+    if draws is None:
+        return logprobs.argmax(dim=-1)
+    cumulative = torch.softmax(logprobs.double() / temperature, dim=-1).cumsum(dim=-1)
+    thresholds = (draws * cumulative[:, -1]).unsqueeze(1)
+    picked = torch.searchsorted(cumulative, thresholds, right=True).squeeze(1)
+    return picked.clamp_(max=logprobs.shape[-1] - 1)
 
 
 def _results(
@@ -573,8 +579,8 @@ class DecodeSession:
         import torch
 
         rows = [self.student.fit(p, max_new_tokens) for p in prompts]
-        generators = _generators(row_seeds(seed, len(rows)), temperature)
-        sampling = _Sampling(max_new_tokens, temperature, generators)
+        draws = _draws(row_seeds(seed, len(rows)), temperature, max_new_tokens)
+        sampling = _Sampling(max_new_tokens, temperature, draws)
         with torch.inference_mode():
             if self.batch is None or len(rows) != len(self.fed):
                 self.batch = _Batch.empty(self.student, len(rows))
