@@ -542,39 +542,57 @@ def from_runs(dirs: list[Path], command: str, *, probe_kl: bool = True) -> dict[
     }
 
 
+def compared_arm(result: dict[str, Any], dirs: list[Path], option: str, setting: str) -> dict:
+    """The runs in `dirs`, checked against the outcome runs of `result` (from `from_runs`):
+    the same base, start and settings but `setting`. Returns the arm summarised (`arm`), its
+    rows, seeds and `setting`, and the outcome runs of the same seeds summarised (`paired`)."""
+    from trajforge.train.rl.checkpoints import rebuild_log
+
+    runs = read_runs(dirs, option)
+    config, start = runs[0]["config"], runs[0]["initial"]
+    if runs[0]["base"] != result["base"] or start["successes"] != result["sft"]["successes"]:
+        raise SystemExit(f"{option}: another base or another start than --runs")
+    ours = {k: v for k, v in config.items() if k not in (*PER_RUN, setting)}
+    if ours != {k: v for k, v in result["rl"].items() if k != setting}:
+        raise SystemExit(f"{option}: settings other than {setting} differ from --runs")
+    seeds = [r["config"]["seed"] for r in runs]
+    by_seed = dict(zip(result["seeds"], result["outcome"]["iterations"], strict=True))
+    if missing := [seed for seed in seeds if seed not in by_seed]:
+        raise SystemExit(f"{option}: no outcome run of seed {missing} in --runs")
+    per_iteration = config["tasks_per_iteration"] * config["group_size"]
+    rows = [rebuild_log(d) for d in dirs]
+    return {
+        "arm": summarize(rows, start, per_iteration),
+        "paired": summarize([by_seed[seed] for seed in seeds], start, per_iteration),
+        "rows": rows,
+        "seeds": seeds,
+        "setting": config[setting],
+    }
+
+
 def with_process_arm(result: dict[str, Any], dirs: list[Path]) -> dict[str, Any]:
     """`result` (from `from_runs`) with a process-guided arm summarised from `dirs`: runs from
     the same base with the outcome arm's settings but the reward. Held against the outcome arm
     at equal episodes twice: on all its seeds, and on the process arm's seeds alone."""
-    from trajforge.train.rl.checkpoints import rebuild_log
-
-    runs = read_runs(dirs, "--process-runs")
-    arm = {k: v for k, v in runs[0]["config"].items() if k not in (*PER_RUN, "reward")}
-    start = runs[0]["initial"]
-    if runs[0]["base"] != result["base"] or start["successes"] != result["sft"]["successes"]:
-        raise SystemExit("--process-runs: another base or another start than --runs")
-    if arm != {k: v for k, v in result["rl"].items() if k != "reward"}:
-        raise SystemExit("--process-runs: settings other than the reward differ from --runs")
-    if runs[0]["config"]["reward"] != "process":
+    compared = compared_arm(result, dirs, "--process-runs", "reward")
+    if compared["setting"] != "process":
         raise SystemExit(f"--process-runs: {dirs[0]} was trained with another reward")
-    per_iteration = arm["tasks_per_iteration"] * arm["group_size"]
-    process = summarize([rebuild_log(d) for d in dirs], start, per_iteration)
-    outcome, target = result["outcome"], result["outcome"]["success"]
-    seeds = [r["config"]["seed"] for r in runs]
-    by_seed = zip(result["seeds"], outcome["iterations"], strict=True)
-    paired = [rows for seed, rows in by_seed if seed in seeds]
-    paired_outcome = summarize(paired, start, per_iteration)
+    process, outcome = compared["arm"], result["outcome"]
     return {
         **result,
         "process": process,
         "process_runs": [str(d) for d in dirs],
-        "process_seeds": seeds,
+        "process_seeds": compared["seeds"],
         "correlation_min": min(outcome["correlation_min"], process["correlation_min"]),
-        "process_episodes_to_outcome_final": episodes_to_reach(process["curve"], target),
-        "outcome_episodes_to_outcome_final": episodes_to_reach(outcome["curve"], target),
+        "process_episodes_to_outcome_final": episodes_to_reach(
+            process["curve"], outcome["success"]
+        ),
+        "outcome_episodes_to_outcome_final": episodes_to_reach(
+            outcome["curve"], outcome["success"]
+        ),
         "at_equal_episodes": at_equal_episodes({"outcome": outcome, "process": process}),
         "at_equal_episodes_same_seeds": at_equal_episodes(
-            {"outcome": paired_outcome, "process": process}
+            {"outcome": compared["paired"], "process": process}
         ),
     }
 
@@ -583,30 +601,15 @@ def with_early_stop_arm(result: dict[str, Any], dirs: list[Path]) -> dict[str, A
     """`result` (from `from_runs`) with an outcome arm whose proxy stopped the rollouts its
     failure monitor flagged (`--early-stop-after`), summarised from `dirs` and held against
     the outcome runs of the same seeds over the iterations both trained."""
-    from trajforge.train.rl.checkpoints import rebuild_log
-
-    runs = read_runs(dirs, "--early-stop-runs")
-    config, start = runs[0]["config"], runs[0]["initial"]
-    arm = {k: v for k, v in config.items() if k not in (*PER_RUN, "early_stop_after")}
-    if runs[0]["base"] != result["base"] or start["successes"] != result["sft"]["successes"]:
-        raise SystemExit("--early-stop-runs: another base or another start than --runs")
-    if arm != {k: v for k, v in result["rl"].items() if k != "early_stop_after"}:
-        raise SystemExit("--early-stop-runs: settings other than the early stop differ from --runs")
-    if not config["early_stop_after"]:
+    compared = compared_arm(result, dirs, "--early-stop-runs", "early_stop_after")
+    if not compared["setting"]:
         raise SystemExit(f"--early-stop-runs: {dirs[0]} ran without --early-stop-after")
-    per_iteration = config["tasks_per_iteration"] * config["group_size"]
-    rows = [rebuild_log(d) for d in dirs]
-    stopping = summarize(rows, start, per_iteration)
-    seeds = [r["config"]["seed"] for r in runs]
-    by_seed = dict(zip(result["seeds"], result["outcome"]["iterations"], strict=True))
-    if missing := [seed for seed in seeds if seed not in by_seed]:
-        raise SystemExit(f"--early-stop-runs: no outcome run of seed {missing} in --runs")
-    paired = summarize([by_seed[seed] for seed in seeds], start, per_iteration)
+    stopping, paired = compared["arm"], compared["paired"]
     monitors = [orjson.loads(p.read_bytes()) for d in dirs if (p := d / "monitor.json").is_file()]
     return {
         **result,
         "early_stop": {
-            **early_stop(paired["iterations"], rows, config["early_stop_after"]),
+            **early_stop(paired["iterations"], compared["rows"], compared["setting"]),
             "monitors": monitors,
             "heldout_final": {k: stopping[k] for k in ("success", "success_ci")},
             "outcome_same_seeds_then": same_seeds_then(paired, stopping),

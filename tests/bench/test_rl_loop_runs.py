@@ -82,14 +82,17 @@ def test_a_process_arm_is_held_against_the_outcome_arm_on_all_seeds_and_on_its_o
 
 
 def test_a_process_arm_of_other_settings_or_reward_is_refused(tmp_path: Path) -> None:
-    result = rl_loop.from_runs([_run(tmp_path, 0, "/base", 4)], "", probe_kl=False)
+    outcome = _run(tmp_path, 0, "/base", 4)
+    result = rl_loop.from_runs([outcome], "", probe_kl=False)
     with pytest.raises(SystemExit, match="another reward"):
-        rl_loop.with_process_arm(result, [_run(tmp_path, 1, "/base", 4)])
+        rl_loop.with_process_arm(result, [outcome])
+    with pytest.raises(SystemExit, match=r"no outcome run of seed \[1\]"):
+        rl_loop.with_process_arm(result, [_run(tmp_path, 1, "/base", 4, reward="process")])
     other = _run(tmp_path, 0, "/base", 4, reward="process")
     config = orjson.loads((other / "rl.json").read_bytes())
     config["config"]["lr"] = 1e-3
     (other / "rl.json").write_bytes(orjson.dumps(config))
-    with pytest.raises(SystemExit, match="other than the reward"):
+    with pytest.raises(SystemExit, match="other than reward"):
         rl_loop.with_process_arm(result, [other])
 
 
