@@ -496,19 +496,19 @@ sharing a machine take one each; a resumed run may take another)."""
 SIGNAL = ("reward", "zero_variance_groups", "advantage_tokens", "entropy", "kl", "clipped")
 
 
-def read_runs(dirs: list[Path], option: str = "--runs", ignored: tuple = PER_RUN) -> list[dict]:
-    """The `rl.json` of runs of one base and one setting (but for `ignored` settings), each of
-    which evaluated the same start."""
+def read_runs(dirs: list[Path], option: str = "--runs") -> list[dict]:
+    """The `rl.json` of runs of one base and one setting (but for the `PER_RUN` settings),
+    each of which evaluated the same start."""
     from trajforge.train.rl.checkpoints import read_run
 
     runs = [read_run(d) for d in dirs]
-    settings = [{k: v for k, v in r["config"].items() if k not in ignored} for r in runs]
+    settings = [{k: v for k, v in r["config"].items() if k not in PER_RUN} for r in runs]
     same = [
         r["base"] == runs[0]["base"] and s == settings[0]
         for r, s in zip(runs, settings, strict=True)
     ]
     if not all(same):
-        raise SystemExit(f"{option}: {dirs} differ in base or settings (other than {ignored})")
+        raise SystemExit(f"{option}: {dirs} differ in base or settings (other than {PER_RUN})")
     if any(r["initial"] != runs[0]["initial"] for r in runs) or runs[0]["initial"] is None:
         raise SystemExit(f"{option}: each run must have evaluated the same start (--eval-every)")
     return runs
@@ -526,7 +526,6 @@ def from_runs(dirs: list[Path], command: str, *, probe_kl: bool = True) -> dict[
     config, start = runs[0]["config"], runs[0]["initial"]
     per_iteration = config["tasks_per_iteration"] * config["group_size"]
     outcome = summarize(rows, start, per_iteration)
-    sft = {"success": start["rate"], "success_ci": start["ci"], "n": start["n"]}
     return {
         "command": command,
         "label": "held-out household difficulty-1 worlds (seeds >= 1,000,000), greedy, 20 steps",
@@ -534,7 +533,13 @@ def from_runs(dirs: list[Path], command: str, *, probe_kl: bool = True) -> dict[
         "seeds": [r["config"]["seed"] for r in runs],
         "base": runs[0]["base"],
         "rl": {k: v for k, v in config.items() if k not in PER_RUN},
-        "sft": {**sft, "successes": start["successes"], "checkpoint": runs[0]["base"]},
+        "sft": {
+            "success": start["rate"],
+            "success_ci": start["ci"],
+            "n": start["n"],
+            "successes": start["successes"],
+            "checkpoint": runs[0]["base"],
+        },
         "outcome": outcome,
         "correlation_min": outcome["correlation_min"],
         "signal_by_iteration": signal(rows),

@@ -96,9 +96,10 @@ def ssl_context() -> ssl.SSLContext:
         return _SSL_CONTEXT[0]
 
 
-def _thread_http_client() -> Any:
-    """The connection pool the model clients made on this thread send through: one a thread,
-    made once (timeouts and retries stay per client). Not one a client: making a pool loads
+def thread_http_client() -> Any:
+    """The connection pool the model clients made on this thread send through (the RL
+    rollouts post their outcomes through it too): one a thread, made once (timeouts and
+    retries stay per client). Not one a client: making a pool loads
     the certificate store, about 27 ms, an episode's worth of model calls on a small served
     model (`ssl_context` loads it once a process). Not one a process: the pool walks all of
     its connections to place every request and again at every answer; with an RL
@@ -130,7 +131,7 @@ class OpenAICompatibleModel:
             api_key=self.config.api_key or "not-needed",
             timeout=self.config.timeout_s,
             max_retries=self.config.max_retries,
-            http_client=_thread_http_client(),
+            http_client=thread_http_client(),
         )
 
     def complete(

@@ -21,7 +21,6 @@ on either backend, whatever batches the requests land in.
 from __future__ import annotations
 
 import hashlib
-import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
@@ -36,7 +35,11 @@ from trajforge.agents.llm import LLMPolicy
 from trajforge.envs.household import HouseholdEnv
 from trajforge.errors import UserError
 from trajforge.export.rl import rl_samples
-from trajforge.models.openai_compat import OpenAICompatibleModel, OpenAIModelConfig, ssl_context
+from trajforge.models.openai_compat import (
+    OpenAICompatibleModel,
+    OpenAIModelConfig,
+    thread_http_client,
+)
 from trajforge.processes import ray_session, usable_cores
 from trajforge.proxy import ProxyConfig, ProxyServer
 from trajforge.proxy.config import MonitorStopConfig
@@ -124,20 +127,11 @@ def roll_out(rollout: Rollout) -> Trajectory:
     run = run_episode(HouseholdEnv(), policy, rollout.task, limits=rollout.limits)
     if run.outcome.status != "model_error":  # a run the server failed is not judged
         outcome = {"success": bool(run.outcome.success), "reward": run.outcome.reward}
-        _thread_client().post(rollout.outcome_url, json=outcome).raise_for_status()
+        # the model calls' pool: `httpx.post` made a client, and loaded the certificate
+        # store, for every outcome (tens of ms an episode)
+        posted = thread_http_client().post(rollout.outcome_url, json=outcome, timeout=60)
+        posted.raise_for_status()
     return run
-
-
-_THREAD = threading.local()
-
-
-def _thread_client() -> httpx.Client:
-    """This thread's client for posting outcomes (`httpx.post` makes a client, and loads the
-    certificate store, every time: tens of ms an episode)."""
-    client = getattr(_THREAD, "client", None)
-    if client is None:
-        client = _THREAD.client = httpx.Client(verify=ssl_context(), timeout=60)
-    return client
 
 
 def _ray_rollouts(payloads: list[bytes]) -> list[bytes]:
