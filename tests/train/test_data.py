@@ -58,7 +58,7 @@ def test_recovery_view_masks_the_replaced_action_and_teaches_the_continuation() 
     [(messages, tools)] = sequences(rows)  # one run: the rows pack into one sequence
     codec = CompactCodec.build([(messages, tools)])
     ids, mask = codec.encode(messages, tools)
-    wrong = codec._assistant(messages[error], tools)
+    wrong = [codec.vocab["<|assistant|>"], *codec.completion_ids(messages[error], tools)]
     start = next(i for i in range(len(ids)) if ids[i : i + len(wrong)] == wrong)
     assert not any(mask[start : start + len(wrong)])
     assert any(mask[start + len(wrong) :])

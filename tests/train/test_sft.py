@@ -60,6 +60,24 @@ def test_compact_codec_masks_only_learned_assistant_turns() -> None:
     assert decoded["tool_calls"] == [{"name": "go", "arguments": {"target": "shelf 1"}}]
 
 
+def test_compact_prompts_are_the_same_with_messages_encoded_before() -> None:
+    """`prompt` keeps each message's ids; a message's ids depend on the tools' schemas (the
+    order of a call's values), so the same message under other tools is encoded again."""
+    call = {"function": {"name": "put", "arguments": {"object": "mug 1", "receptacle": "shelf 1"}}}
+    chat = [{"role": "user", "content": "put a mug in shelf 1."},
+            {"role": "assistant", "content": None, "tool_calls": [call]}]  # fmt: skip
+    params = {"object": {"type": "string"}, "receptacle": {"type": "string"}}
+    tools = [{"name": "put", "parameters": {"properties": params}}]
+    turned = [{"name": "put", "parameters": {"properties": dict(reversed(params.items()))}}]
+    codec = CompactCodec.build([(chat, tools)])
+    fresh = [*codec.encode(chat, tools)[0], codec.vocab["<|assistant|>"]]
+    assert codec.prompt(chat, tools) == codec.prompt(chat, tools) == fresh
+    values = [p for p in codec.pieces(codec.prompt(chat, turned)) if p.endswith(" 1")]
+    assert values == ["shelf 1", "shelf 1", "mug 1"]  # the user's words, then the call's
+    chat[0]["content"] = "put a mug in mug 1."
+    assert codec.prompt(chat, tools) == [*codec.encode(chat, tools)[0], fresh[-1]] != fresh
+
+
 CALL, ARG, END = "<|call|>", "<|arg|>", "<|end|>"
 
 

@@ -28,6 +28,7 @@ fine-tuning field) stays in the context but is not a target.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal, Protocol
@@ -55,6 +56,11 @@ GUIDANCE_HEADER = "## Guidance for this task"
 """What guided recovery puts before the guidance it appends to a system prompt."""
 _APPENDED = re.compile(f"({re.escape(GUIDANCE_HEADER)}|{re.escape(STRATEGIES_HEADER)})")
 """The headers of what is appended to a system prompt for one episode (kept by `tiny`)."""
+ENCODED_MESSAGES = 8192
+"""Messages whose ids `CompactCodec.prompt` keeps: an agent sends its whole conversation at
+every turn. On the 608 requests of 32 household RL episodes (21 messages each on average),
+encoding every message of every request cost 0.34 ms of CPU a request, and 0.10 with the
+messages kept (each new message is encoded once)."""
 
 
 class Codec(Protocol):
@@ -144,6 +150,7 @@ class CompactCodec:
         self.pad_id = vocab["<|pad|>"]
         self.unk_id = vocab["<|unk|>"]
         self.eos_id = vocab["<|end|>"]
+        self._encoded = functools.lru_cache(maxsize=ENCODED_MESSAGES)(self._encoded_message)
 
     @classmethod
     def build(cls, chats: Iterable[tuple[Sequence[dict], Sequence[dict]]]) -> CompactCodec:
@@ -173,10 +180,11 @@ class CompactCodec:
     def _special(self, token: str) -> int:
         return self.vocab[token]
 
-    def _message(self, message: dict, tools: Sequence[dict]) -> list[int]:
+    def _message(self, message: dict, order: dict[str, list[str]]) -> list[int]:
+        """`order`: each tool's parameters in schema order (`schema_params`)."""
         role = message.get("role", "user")
         if role == "assistant":
-            return self._assistant(message, tools)
+            return [self._special("<|assistant|>"), *self._completion(message, order)]
         if role == "system":
             guidance = system_guidance(message)
             if guidance is None:
@@ -185,12 +193,8 @@ class CompactCodec:
         token = f"<|{role}|>" if f"<|{role}|>" in self.vocab else "<|user|>"
         return [self._special(token), *self._ids(text_of(message.get("content"))), self.eos_id]
 
-    def _assistant(self, message: dict, tools: Sequence[dict]) -> list[int]:
-        return [self._special("<|assistant|>"), *self._completion(message, tools)]
-
-    def _completion(self, message: dict, tools: Sequence[dict]) -> list[int]:
+    def _completion(self, message: dict, order: dict[str, list[str]]) -> list[int]:
         ids = self._ids(text_of(message.get("content")))
-        order = schema_params(tools)
         for call in message.get("tool_calls") or []:
             name = call.get("function", call).get("name", "")
             ids += [self._special("<|call|>"), *self._ids(name)]
@@ -203,8 +207,9 @@ class CompactCodec:
     ) -> tuple[list[int], list[int]]:
         ids: list[int] = []
         mask: list[int] = []
+        order = schema_params(tools)
         for message in messages:
-            part = self._message(message, tools)
+            part = self._message(message, order)
             ids += part
             flag = 1 if learned(message) else 0
             mask += (
@@ -216,13 +221,18 @@ class CompactCodec:
 
     def prompt(self, messages: Sequence[dict], tools: Sequence[dict]) -> list[int]:
         ids: list[int] = []
+        order = orjson.dumps(schema_params(tools))
         for message in messages:
-            ids += self._message(message, tools)
+            ids += self._encoded(orjson.dumps(message), order)
         return [*ids, self._special("<|assistant|>")]
+
+    def _encoded_message(self, message: bytes, order: bytes) -> tuple[int, ...]:
+        """`_message` of JSON arguments, for `prompt`'s cache of encoded messages."""
+        return tuple(self._message(orjson.loads(message), orjson.loads(order)))
 
     def completion_ids(self, message: dict, tools: Sequence[dict]) -> list[int]:
         """Ids of an assistant message as a completion (for scoring a given answer)."""
-        return self._completion(message, tools)
+        return self._completion(message, schema_params(tools))
 
     def pieces(self, ids: Sequence[int]) -> list[str]:
         return [self.inverse.get(i, "<|unk|>") for i in ids]
