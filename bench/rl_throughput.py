@@ -31,6 +31,18 @@ mean context) times the tokens the path fed, over the matmul rate of this CPU me
 goes is printed before it. The student is `--base`, or a small one trained here first (the
 learning lab's shape, hidden 128 × 4 layers, on the teacher's successes; a few hundred
 steps: enough to call tools, not to be good).
+
+Where the new path's time went at 704f23c (AMD EPYC, 2 cores, AVX2; 32 episodes, about 620
+requests in 43-47 batches): the serve process's decoding thread 4.3-4.9 s of CPU and its
+event loop 1.2 s, the rollout process 3.9-4.5 s. Its 47 recorded batches replayed alone
+took 4.5 s: 456 decode steps 2.2 s, 47 prefills 1.2 s (their products at about the matmul
+rate), the rest 1.1 s (stacking cached states into a batch, keeping finished rows'
+states). A decode step's attention reads every held state: at 28 rows of 475 it reads 13.6
+MB a layer in about 2 ms (7 GB/s; one thread reads about 11 GB/s here and the L3 holds 8
+MB), and bfloat16 states are 2.5 times slower on this CPU. Tried and not kept: the query,
+key and value products fused into one (and gate and up), activations kept 2-D (replay 4.2-4.5
+s against 4.4-5.0, within the spread), and one padded attention call a layer for a prefill
+instead of one a row (1.24 s against 1.18).
 """
 
 from __future__ import annotations
