@@ -49,7 +49,8 @@ the process arm in the layout above: its curve, the episodes it took to reach th
 arm's final success, and both arms at equal episodes, on all seeds and on the process arm's
 seeds alone (`at_equal_episodes_same_seeds`). With `--early-stop-runs DIR,...` (the same
 with `--early-stop-after N`) it adds `early_stop`: episode-steps with and without the stop
-over the iterations both trained, on the same seeds, and held-out success at the end of each.
+over the iterations both trained, on the same seeds (pooled, and the share saved seed by
+seed), and held-out success at the end of each.
 
 The JSON result records the command, every setting and every iteration row. `--quick` is a
 smoke run (a small student, two iterations, few worlds): its numbers mean nothing.
@@ -611,10 +612,15 @@ def with_early_stop_arm(result: dict[str, Any], dirs: list[Path]) -> dict[str, A
         raise SystemExit(f"--early-stop-runs: {dirs[0]} ran without --early-stop-after")
     stopping, paired = compared["arm"], compared["paired"]
     monitors = [orjson.loads(p.read_bytes()) for d in dirs if (p := d / "monitor.json").is_file()]
+    after, rows = compared["setting"], compared["rows"]
     return {
         **result,
         "early_stop": {
-            **early_stop(paired["iterations"], compared["rows"], compared["setting"]),
+            **early_stop(paired["iterations"], rows, after),
+            "compute_saved_by_seed": [
+                early_stop([plain], [stopped], after)["compute_saved"]
+                for plain, stopped in zip(paired["iterations"], rows, strict=True)
+            ],
             "monitors": monitors,
             "heldout_final": {k: stopping[k] for k in ("success", "success_ci")},
             "outcome_same_seeds_then": same_seeds_then(paired, stopping),

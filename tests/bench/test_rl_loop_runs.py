@@ -104,6 +104,7 @@ def test_an_early_stop_arm_is_held_against_the_outcome_runs_of_its_seeds(tmp_pat
     stop = rl_loop.with_early_stop_arm(result, stopping)["early_stop"]
     assert (stop["compared_iterations"], stop["episode_steps_with"]) == (1, 40)
     assert (stop["episode_steps_without"], stop["compute_saved"]) == (100, 0.6)
+    assert stop["compute_saved_by_seed"] == [0.6]
     assert stop["heldout_final"]["success"] == 0.7 and stop["monitors"][0]["threshold"] == 0.7
     assert stop["outcome_same_seeds_then"]["success_by_seed"] == [0.8]
     with pytest.raises(SystemExit, match="without --early-stop-after"):
