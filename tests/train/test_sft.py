@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pickle
 import statistics
 from pathlib import Path
 
@@ -76,6 +77,7 @@ def test_compact_prompts_are_the_same_with_messages_encoded_before() -> None:
     assert values == ["shelf 1", "shelf 1", "mug 1"]  # the user's words, then the call's
     chat[0]["content"] = "put a mug in mug 1."
     assert codec.prompt(chat, tools) == [*codec.encode(chat, tools)[0], fresh[-1]] != fresh
+    assert pickle.loads(pickle.dumps(codec)).prompt(chat, tools) == codec.prompt(chat, tools)
 
 
 CALL, ARG, END = "<|call|>", "<|arg|>", "<|end|>"

@@ -28,7 +28,6 @@ fine-tuning field) stays in the context but is not a target.
 
 from __future__ import annotations
 
-import functools
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal, Protocol
@@ -57,10 +56,10 @@ GUIDANCE_HEADER = "## Guidance for this task"
 _APPENDED = re.compile(f"({re.escape(GUIDANCE_HEADER)}|{re.escape(STRATEGIES_HEADER)})")
 """The headers of what is appended to a system prompt for one episode (kept by `tiny`)."""
 ENCODED_MESSAGES = 8192
-"""Messages whose ids `CompactCodec.prompt` keeps: an agent sends its whole conversation at
-every turn. On the 608 requests of 32 household RL episodes (21 messages each on average),
-encoding every message of every request cost 0.34 ms of CPU a request, and 0.10 with the
-messages kept (each new message is encoded once)."""
+"""Messages whose ids `CompactCodec.prompt` keeps (all forgotten at once when it holds this
+many): an agent sends its whole conversation at every turn. On the 608 requests of 32
+household RL episodes (21 messages each on average), encoding every message of every request
+cost 0.32 ms of CPU a request, and 0.07 with the messages kept (each new one encoded once)."""
 
 
 class Codec(Protocol):
@@ -150,7 +149,8 @@ class CompactCodec:
         self.pad_id = vocab["<|pad|>"]
         self.unk_id = vocab["<|unk|>"]
         self.eos_id = vocab["<|end|>"]
-        self._encoded = functools.lru_cache(maxsize=ENCODED_MESSAGES)(self._encoded_message)
+        self._encoded: dict[tuple[bytes, bytes], list[int]] = {}
+        """Ids of messages `prompt` met, by the message's JSON and the tools' order."""
 
     @classmethod
     def build(cls, chats: Iterable[tuple[Sequence[dict], Sequence[dict]]]) -> CompactCodec:
@@ -221,14 +221,17 @@ class CompactCodec:
 
     def prompt(self, messages: Sequence[dict], tools: Sequence[dict]) -> list[int]:
         ids: list[int] = []
-        order = orjson.dumps(schema_params(tools))
+        order = schema_params(tools)
+        tools_key = orjson.dumps(order)
         for message in messages:
-            ids += self._encoded(orjson.dumps(message), order)
+            key = (orjson.dumps(message), tools_key)
+            part = self._encoded.get(key)
+            if part is None:
+                if len(self._encoded) >= ENCODED_MESSAGES:
+                    self._encoded.clear()
+                part = self._encoded[key] = self._message(message, order)
+            ids += part
         return [*ids, self._special("<|assistant|>")]
-
-    def _encoded_message(self, message: bytes, order: bytes) -> tuple[int, ...]:
-        """`_message` of JSON arguments, for `prompt`'s cache of encoded messages."""
-        return tuple(self._message(orjson.loads(message), orjson.loads(order)))
 
     def completion_ids(self, message: dict, tools: Sequence[dict]) -> list[int]:
         """Ids of an assistant message as a completion (for scoring a given answer)."""
