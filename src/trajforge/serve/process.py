@@ -102,16 +102,20 @@ class ServeProcess:
         return self
 
     def _wait_until_ready(self) -> None:
+        """Poll `/v1/models` through one client: `httpx.get` makes a client, and loads the
+        certificate store, at every call (45 ms of CPU here, taken from the starting server
+        every 0.1 s on two cores)."""
         deadline = time.monotonic() + START_TIMEOUT_S
-        while time.monotonic() < deadline:
-            if not self.running:
-                raise UserError(f"serve {self.checkpoint} exited while starting{self._tail()}")
-            try:
-                if httpx.get(f"{self.url}/v1/models", timeout=2).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            time.sleep(0.1)
+        with httpx.Client(timeout=2) as client:
+            while time.monotonic() < deadline:
+                if not self.running:
+                    raise UserError(f"serve {self.checkpoint} exited while starting{self._tail()}")
+                try:
+                    if client.get(f"{self.url}/v1/models").status_code == 200:
+                        return
+                except httpx.TransportError:
+                    pass
+                time.sleep(0.1)
         self.stop()
         raise UserError(f"serve {self.checkpoint} did not answer in {START_TIMEOUT_S:.0f} s"
                         f"{self._tail()}")  # fmt: skip
