@@ -49,6 +49,7 @@ from trajforge.serve.request import (
     MAX_BODY_BYTES,
     BadRequest,
     ChatRequest,
+    CheckedParts,
     parse_chat_request,
 )
 from trajforge.serve.stream import TokenStream, sse_events
@@ -177,6 +178,8 @@ class StudentApp:
         self.max_wait_s = self.config.max_wait_ms / 1000
         self.batches: list[int] = []
         self.stats = ServeStats()
+        self.checked_parts = CheckedParts()
+        """The messages and tool lists of earlier requests, checked (`CheckedParts`)."""
         self._queue: asyncio.Queue[_Pending] | None = None
         self._ids = itertools.count(1)
         self._worker: asyncio.Task | None = None
@@ -230,7 +233,7 @@ class StudentApp:
         self._worker.cancel()
 
     async def chat_completions(self, request: Request) -> Response:
-        checked = parse_chat_request(await self.body(request))
+        checked = parse_chat_request(await self.body(request), self.checked_parts)
         student = self.student
         prompt = student.codec.prompt(checked.message_list, checked.tool_list)
         prompt = student.fit(prompt, _max_tokens(checked, self.config.max_tokens))
