@@ -62,6 +62,7 @@ from trajforge.serve.student import (
     finish_reason,
 )
 
+CHAT_PATH = "/v1/chat/completions"
 log = logging.getLogger(__name__)
 
 
@@ -124,6 +125,34 @@ def error_response(status: int, message: str) -> Response:
     return _JSON(error_body(message, kind), status_code=status)
 
 
+def unexpected_error(request: Request, exc: Exception) -> Response:
+    """The 500 answer to a request whose handling failed (logged with its traceback)."""
+    log.error("%s %s failed", request.method, request.url.path, exc_info=exc)
+    return error_response(500, f"the server failed on this request ({type(exc).__name__})")
+
+
+class _ChatFastPath:
+    """ASGI entry: `POST /v1/chat/completions` goes straight to its handler (same errors as
+    through FastAPI), the rest to FastAPI. FastAPI's middleware stack, router and dependency
+    solving ran on the event loop for every request, beside the decoding thread."""
+
+    def __init__(self, served: StudentApp) -> None:
+        self.served = served
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope["method"] != "POST" or scope["path"] != CHAT_PATH:
+            await self.served.routes(scope, receive, send)
+            return
+        request = Request(scope, receive)
+        try:
+            response = await self.served.chat_completions(request)
+        except BadRequest as exc:
+            response = error_response(exc.status, str(exc))
+        except Exception as exc:
+            response = unexpected_error(request, exc)
+        await response(scope, receive, send)
+
+
 @dataclass
 class _Pending:
     request: ChatRequest
@@ -183,11 +212,14 @@ class StudentApp:
         self._queue: asyncio.Queue[_Pending] | None = None
         self._ids = itertools.count(1)
         self._worker: asyncio.Task | None = None
-        self.app = FastAPI(title="trajforge student server", lifespan=self._lifespan)
-        self.app.post("/v1/chat/completions")(self.chat_completions)
-        self.app.get("/v1/models")(self.models)
-        self.app.get("/stats")(self.stats_answer)
+        self.routes = FastAPI(title="trajforge student server", lifespan=self._lifespan)
+        """Every route, with FastAPI's error handling (`add_reload_route` adds one)."""
+        self.routes.post(CHAT_PATH)(self.chat_completions)
+        self.routes.get("/v1/models")(self.models)
+        self.routes.get("/stats")(self.stats_answer)
         self._add_error_handlers()
+        self.app = _ChatFastPath(self)
+        """The ASGI app to serve."""
 
     def use(self, student: Student) -> None:
         """Serve `student` from now on, with an empty prefix cache (the cached states are
@@ -206,13 +238,12 @@ class StudentApp:
             return error_response(exc.status_code, str(exc.detail))
 
         async def unexpected(request: Request, exc: Exception) -> Response:
-            log.error("%s %s failed", request.method, request.url.path, exc_info=exc)
-            return error_response(500, f"the server failed on this request ({type(exc).__name__})")
+            return unexpected_error(request, exc)
 
-        self.app.add_exception_handler(BadRequest, bad_request)
-        self.app.add_exception_handler(HTTPException, http_error)
-        self.app.add_exception_handler(RequestValidationError, http_error)
-        self.app.add_exception_handler(Exception, unexpected)
+        self.routes.add_exception_handler(BadRequest, bad_request)
+        self.routes.add_exception_handler(HTTPException, http_error)
+        self.routes.add_exception_handler(RequestValidationError, http_error)
+        self.routes.add_exception_handler(Exception, unexpected)
 
     async def body(self, request: Request) -> bytes:
         """The body of `request`, within the configured size limit."""

@@ -79,4 +79,4 @@ def add_reload_route(served: StudentApp, token: str | None) -> None:
         answer = {"checkpoint": str(path), "codec": codec_identity(student)}
         return Response(orjson.dumps(answer), media_type="application/json")
 
-    served.app.post(RELOAD_PATH)(reload)
+    served.routes.post(RELOAD_PATH)(reload)
