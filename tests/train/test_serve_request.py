@@ -3,6 +3,8 @@ and what the server reads, and the errors it gives, are those of checking the wh
 
 from __future__ import annotations
 
+import json
+
 import orjson
 import pytest
 
@@ -90,6 +92,19 @@ def test_checked_tools_and_fields_still_fail_as_before() -> None:
                         ({**good, "tools": [*TOOLS, 1]}, f"tools.{len(TOOLS)}")):  # fmt: skip
         with pytest.raises(BadRequest, match=named):
             parse_chat_request(orjson.dumps(body), checked)
+
+
+def test_parts_too_deep_to_key_are_checked_each_time() -> None:
+    deep: object = "x"
+    for _ in range(400):  # orjson reads this depth and does not write it
+        deep = [deep]
+    message = {"role": "user", "content": "hi", "extra": deep}
+    tools = [{"function": {"name": "f", "parameters": {"properties": {}, "extra": deep}}}]
+    checked = CheckedParts()
+    for body in ({"messages": [message]}, {"messages": [message], "tools": tools}):
+        raw = json.dumps(body).encode()
+        assert parse_chat_request(raw, checked).model_dump() == parse_chat_request(raw).model_dump()
+    assert not checked._checked
 
 
 def test_the_kept_parts_stay_within_their_bytes() -> None:

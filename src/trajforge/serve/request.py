@@ -182,7 +182,10 @@ class CheckedParts:
         return parts
 
     def _checked_part(self, part: Any, check: Callable[[Any], Any]) -> Any:
-        key = orjson.dumps(part)
+        try:
+            key = orjson.dumps(part)
+        except orjson.JSONEncodeError:  # nested deeper than orjson writes: not kept
+            return check(part)
         checked = self._checked.get(key)
         if checked is None:
             checked = check(part)
