@@ -104,12 +104,12 @@ def test_parts_too_deep_to_key_are_checked_each_time() -> None:
     for body in ({"messages": [message]}, {"messages": [message], "tools": tools}):
         raw = json.dumps(body).encode()
         assert parse_chat_request(raw, checked).model_dump() == parse_chat_request(raw).model_dump()
-    assert not checked._checked
+    assert len(checked.memo) == 0
 
 
 def test_the_kept_parts_stay_within_their_bytes() -> None:
     checked = CheckedParts(max_bytes=2_000)
     for raw in turns(12):
         parse_chat_request(raw, checked)
-        assert checked._bytes <= 2_000
-        assert checked._bytes == sum(len(key) for key in checked._checked)
+        assert checked.memo.held_bytes <= 2_000
+        assert checked.memo.held_bytes == sum(len(key) for key in checked.memo._values)

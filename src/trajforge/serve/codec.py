@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
+from functools import partial
 from typing import Any, Literal, Protocol
 
 import orjson
@@ -37,6 +38,7 @@ import orjson
 from trajforge.agents.llm import STRATEGIES_HEADER
 from trajforge.models import tool_text
 from trajforge.models.tool_text import text_of
+from trajforge.serve.memo import JsonMemo
 
 SPECIALS = (
     "<|pad|>",
@@ -55,9 +57,9 @@ GUIDANCE_HEADER = "## Guidance for this task"
 """What guided recovery puts before the guidance it appends to a system prompt."""
 _APPENDED = re.compile(f"({re.escape(GUIDANCE_HEADER)}|{re.escape(STRATEGIES_HEADER)})")
 """The headers of what is appended to a system prompt for one episode (kept by `tiny`)."""
-ENCODED_MESSAGES = 8192
-"""Messages whose ids `CompactCodec.prompt` keeps (all forgotten at once when it holds this
-many): an agent sends its whole conversation at every turn. On the 608 requests of 32
+ENCODED_BYTES = 32 * 2**20
+"""Bytes of messages (as JSON) whose ids `CompactCodec.prompt` keeps (`JsonMemo`): an agent
+sends its whole conversation at every turn. On the 608 requests of 32
 household RL episodes (21 messages each on average), encoding every message of every request
 cost 0.32 ms of CPU a request, and 0.07 with the messages kept (each new one encoded once)."""
 
@@ -149,7 +151,7 @@ class CompactCodec:
         self.pad_id = vocab["<|pad|>"]
         self.unk_id = vocab["<|unk|>"]
         self.eos_id = vocab["<|end|>"]
-        self._encoded: dict[tuple[bytes, bytes], list[int]] = {}
+        self._encoded: JsonMemo[list[int]] = JsonMemo(ENCODED_BYTES)
         """Ids of messages `prompt` met, by the message's JSON and the tools' order."""
 
     @classmethod
@@ -224,13 +226,8 @@ class CompactCodec:
         order = schema_params(tools)
         tools_key = orjson.dumps(order)
         for message in messages:
-            key = (orjson.dumps(message), tools_key)
-            part = self._encoded.get(key)
-            if part is None:
-                if len(self._encoded) >= ENCODED_MESSAGES:
-                    self._encoded.clear()
-                part = self._encoded[key] = self._message(message, order)
-            ids += part
+            key = orjson.dumps(message) + b"\n" + tools_key  # orjson writes no newline
+            ids += self._encoded.get(key, partial(self._message, message, order))
         return [*ids, self._special("<|assistant|>")]
 
     def completion_ids(self, message: dict, tools: Sequence[dict]) -> list[int]:

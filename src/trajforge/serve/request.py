@@ -25,6 +25,7 @@ from pydantic import (
 )
 
 from trajforge.errors import first_error, one_line
+from trajforge.serve.memo import JsonMemo
 
 MAX_PROBLEM = 300
 MAX_BODY_BYTES = 8 * 2**20
@@ -160,9 +161,7 @@ class CheckedParts:
     the decoding thread runs beside it), time the decoding thread waits for."""
 
     def __init__(self, max_bytes: int = CHECKED_BYTES) -> None:
-        self.max_bytes = max_bytes
-        self._checked: dict[bytes, Any] = {}
-        self._bytes = 0
+        self.memo: JsonMemo[Any] = JsonMemo(max_bytes)
 
     def request(self, body: dict[str, Any]) -> ChatRequest:
         """`ChatRequest.model_validate(body)`, checking only the messages and tool list not
@@ -186,20 +185,7 @@ class CheckedParts:
             key = orjson.dumps(part)
         except orjson.JSONEncodeError:  # nested deeper than orjson writes: not kept
             return check(part)
-        checked = self._checked.get(key)
-        if checked is None:
-            checked = check(part)
-            self._keep(key, checked)
-        return checked
-
-    def _keep(self, key: bytes, checked: Any) -> None:
-        if len(key) > self.max_bytes:
-            return
-        if self._bytes + len(key) > self.max_bytes:
-            self._checked.clear()
-            self._bytes = 0
-        self._checked[key] = checked
-        self._bytes += len(key)
+        return self.memo.get(key, lambda: check(part))
 
 
 _TOOL_LIST = TypeAdapter(list[ToolSpec])
