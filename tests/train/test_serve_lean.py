@@ -54,3 +54,18 @@ def test_smollm2_decodes_the_same_lean() -> None:
     prompts = [student.codec.prompt(chat, []) for chat in chats]
     lean, plain = _both(student, prompts, 5)
     _same(lean, plain, 1e-3)
+
+
+def test_rotary_positions_have_the_bits_of_transformers() -> None:
+    import torch
+    from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
+    from trajforge.serve.lean_llama import _rotate, _signed_halves
+
+    generator = torch.Generator().manual_seed(0)
+    query, key = (torch.randn(3, 4, 5, 32, generator=generator) for _ in range(2))
+    cos, sin = (torch.randn(3, 5, 32, generator=generator) for _ in range(2))
+    expected = apply_rotary_pos_emb(query, key, cos, sin)
+    signed = _signed_halves(sin).unsqueeze(1)
+    assert torch.equal(_rotate(query, cos.unsqueeze(1), signed), expected[0])
+    assert torch.equal(_rotate(key, cos.unsqueeze(1), signed), expected[1])

@@ -4,11 +4,12 @@ A decode step of the tiny student at a batch of a dozen rows does little arithme
 its time went to what surrounds it in transformers' forward (output capturing, mask
 construction, kernel dispatch wrappers, keyword plumbing through every module). `LeanLlama`
 runs the same weights through the same operations directly: embedding, then per layer RMS
-norm, the query/key/value projections, rotary positions (the model's own rotary module and
-`apply_rotary_pos_emb`), the key/value cache's `update`, scaled dot-product attention,
-the output projection, RMS norm and the SiLU-gated MLP; then the final norm and the output
-head at each row's last position only. The tiny student's step at a batch of 12 went from
-3.8 to 1.9 ms (at 44 rows attention over the cache dominates and both take the same time).
+norm, the query/key/value projections, rotary positions (the angles of the model's own
+rotary module, applied with the same bits as `apply_rotary_pos_emb`), the key/value cache's
+`update`, scaled dot-product attention, the output projection, RMS norm and the SiLU-gated
+MLP; then the final norm and the output head at each row's last position only. The tiny
+student's step at a batch of 12 went from 3.8 to 1.9 ms (at 44 rows attention over the cache
+dominates and both take the same time).
 
 It takes only what it reproduces: `LlamaForCausalLM` (the tiny student, SmolLM2) in float32
 without biases, with SiLU and no tensor-parallel split; anything else (a PEFT wrapper, another
@@ -41,13 +42,13 @@ class LeanLlama:
     def __call__(self, ids: Any, mask: Any, positions: Any, cache: Any) -> Any:
         import torch
         import torch.nn.functional as F
-        from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
         body = self.model.model
         rows, new = ids.shape
         packing = _Packing(mask, new)
         x = packing.pack(body.embed_tokens(ids))
         cos, sin = body.rotary_emb(x, positions)
+        cos, sin = cos.unsqueeze(1), _signed_halves(sin).unsqueeze(1)
         allowed = _allowed(mask, new)
         grouped = {"scale": self.scale, "enable_gqa": self.kv_heads != self.heads}
         for index, weights in enumerate(self.layers):
@@ -60,7 +61,7 @@ class LeanLlama:
                     (weights.value, self.kv_heads),
                 )
             )
-            query, key = apply_rotary_pos_emb(query, key, cos, sin)
+            query, key = _rotate(query, cos, sin), _rotate(key, cos, sin)
             keys, values = cache.layers[index].update(key, value)
             if packing.packed:
                 out = packing.attend(query, keys, values, allowed, grouped)
@@ -162,6 +163,23 @@ class _Packing:
             return x[:, -1]
         ends = self.lengths.cumsum(0) - 1
         return x[0, ends]
+
+
+def _signed_halves(sin: Any) -> Any:
+    """`sin` with its first half negated: the sign `_rotate` needs."""
+    import torch
+
+    half = sin.shape[-1] // 2
+    return torch.cat((-sin[..., :half], sin[..., half:]), dim=-1)
+
+
+def _rotate(states: Any, cos: Any, signed_sin: Any) -> Any:
+    """Rotary positions on `[rows, heads, tokens, dim]`: transformers turns each half of a
+    head's vector with `rotate_half` (two slices, a negation and a concatenation, per layer
+    for queries and keys); a roll by half a head with the sign taken into `signed_sin`
+    (`_signed_halves`, once a forward) gives the same bits in one step (decode steps of the
+    tiny student 6% faster)."""
+    return states * cos + states.roll(states.shape[-1] // 2, -1) * signed_sin
 
 
 def _allowed(mask: Any, new: int) -> Any:
