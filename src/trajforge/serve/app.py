@@ -10,12 +10,14 @@ the server has done since it started (`ServeStats`: batches, requests, prompt to
 taken from the cache, generated tokens, seconds inside the model) and names the served
 checkpoint and its codec (`codec_identity`).
 
-Concurrent requests are batched: requests wait at most `max_wait_ms` for company, then all
-waiting requests with the same sampling settings (up to `max_batch`) are decoded together by
-one `Student.generate` call, one forward pass per token for the whole batch. Each prompt is
-fed from the longest prefix whose key/value states the server still holds from an earlier
-request (`trajforge.serve.prefix_cache`): a session that sends its conversation again costs
-only the tokens it added.
+Concurrent requests are batched: once the model is free and a request is waiting, the loop
+waits `max_wait_ms` for company (requests that came while the last batch was decoding are
+already there, and wait that long again), then all waiting requests with the same sampling
+settings (up to `max_batch`) are decoded together by one `Student.generate` call, one forward
+pass per token for the whole batch. Each prompt is fed from the longest prefix whose
+key/value states the server still holds from an earlier request
+(`trajforge.serve.prefix_cache`): a session that sends its conversation again costs only the
+tokens it added.
 
 A request is parsed and checked (`trajforge.serve.request`) before it is queued: a wrong
 field, a body that is not a JSON object or one over `max_body_bytes` is answered with a 4xx
@@ -71,7 +73,7 @@ class ServeConfig(BaseModel):
 
     max_batch: int = Field(default=64, ge=1, description="Requests decoded together at most.")
     max_wait_ms: float = Field(
-        default=5.0, ge=0, description="How long a request waits for company."
+        default=5.0, ge=0, description="How long a free model waits for company for a request."
     )
     max_body_bytes: int = Field(
         default=MAX_BODY_BYTES, ge=1024, description="Larger request bodies get a 413."
