@@ -73,7 +73,7 @@ class ServeConfig(BaseModel):
 
     max_batch: int = Field(default=64, ge=1, description="Requests decoded together at most.")
     max_wait_ms: float = Field(
-        default=5.0, ge=0, description="How long a free model waits for company for a request."
+        default=5.0, ge=0, description="How long batching waits for company once the model is free."
     )
     max_body_bytes: int = Field(
         default=MAX_BODY_BYTES, ge=1024, description="Larger request bodies get a 413."
