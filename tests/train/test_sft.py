@@ -80,6 +80,17 @@ def test_compact_prompts_are_the_same_with_messages_encoded_before() -> None:
     assert pickle.loads(pickle.dumps(codec)).prompt(chat, tools) == codec.prompt(chat, tools)
 
 
+def test_a_message_too_deep_to_key_is_encoded_each_time() -> None:
+    deep: object = "x"
+    for _ in range(400):  # orjson reads this depth and does not write it
+        deep = [deep]
+    chat = [{"role": "user", "content": "put a mug in shelf 1.", "extra": deep}]
+    codec = CompactCodec.build([(chat, [])])
+    fresh = [*codec.encode(chat, [])[0], codec.vocab["<|assistant|>"]]
+    assert codec.prompt(chat, []) == codec.prompt(chat, []) == fresh
+    assert len(codec._encoded) == 0
+
+
 CALL, ARG, END = "<|call|>", "<|arg|>", "<|end|>"
 
 

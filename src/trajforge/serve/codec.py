@@ -224,10 +224,9 @@ class CompactCodec:
     def prompt(self, messages: Sequence[dict], tools: Sequence[dict]) -> list[int]:
         ids: list[int] = []
         order = schema_params(tools)
-        tools_key = orjson.dumps(order)
+        tools_key = b"\n" + orjson.dumps(order)  # orjson writes no newline
         for message in messages:
-            key = orjson.dumps(message) + b"\n" + tools_key  # orjson writes no newline
-            ids += self._encoded.get(key, partial(self._message, message, order))
+            ids += self._encoded.get(message, partial(self._message, message, order), tools_key)
         return [*ids, self._special("<|assistant|>")]
 
     def completion_ids(self, message: dict, tools: Sequence[dict]) -> list[int]:

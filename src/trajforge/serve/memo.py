@@ -2,21 +2,24 @@
 
 An agent sends its whole conversation (and its tools) with every request, so `serve` meets
 the same messages again and again: `CheckedParts` keeps each one's check and
-`CompactCodec.prompt` its ids. `JsonMemo` holds such values by the bytes of their JSON key
+`CompactCodec.prompt` its ids. `JsonMemo` holds such values by the bytes of the part's JSON
 and forgets them all at once when the keys pass `max_bytes` (a key longer than that is never
-kept), so its memory is bounded whatever the conversations' sizes.
+kept), so its memory is bounded whatever the conversations' sizes. A part orjson cannot write
+(nested deeper than it writes, though it reads it) has its value computed each time.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
+
+import orjson
 
 Value = TypeVar("Value")
 
 
 class JsonMemo(Generic[Value]):
-    """`get(key, compute)`: `compute()` the first time `key` is met, the kept value after."""
+    """`get(part, compute)`: `compute()` the first time `part` is met, the kept value after."""
 
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
@@ -27,7 +30,13 @@ class JsonMemo(Generic[Value]):
     def __len__(self) -> int:
         return len(self._values)
 
-    def get(self, key: bytes, compute: Callable[[], Value]) -> Value:
+    def get(self, part: Any, compute: Callable[[], Value], context: bytes = b"") -> Value:
+        """`part`'s value, kept by its JSON followed by `context`: what else the value
+        depends on, starting with a newline (orjson writes none, so keys never run together)."""
+        try:
+            key = orjson.dumps(part) + context
+        except orjson.JSONEncodeError:
+            return compute()
         value = self._values.get(key)
         if value is None:
             value = compute()

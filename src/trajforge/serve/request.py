@@ -10,7 +10,7 @@ backend `serve` runs reads the same checked fields. Types are strict (`"max_toke
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from functools import partial
 from typing import Any, Literal
 
 import orjson
@@ -175,17 +175,11 @@ class CheckedParts:
         parts = dict(body)
         if isinstance(body.get("messages"), list):
             check = ChatMessage.model_validate
-            parts["messages"] = [self._checked_part(m, check) for m in body["messages"]]
+            parts["messages"] = [self.memo.get(m, partial(check, m)) for m in body["messages"]]
         if isinstance(body.get("tools"), list):
-            parts["tools"] = self._checked_part(body["tools"], _TOOL_LIST.validate_python)
+            tools = body["tools"]
+            parts["tools"] = self.memo.get(tools, partial(_TOOL_LIST.validate_python, tools))
         return parts
-
-    def _checked_part(self, part: Any, check: Callable[[Any], Any]) -> Any:
-        try:
-            key = orjson.dumps(part)
-        except orjson.JSONEncodeError:  # nested deeper than orjson writes: not kept
-            return check(part)
-        return self.memo.get(key, lambda: check(part))
 
 
 _TOOL_LIST = TypeAdapter(list[ToolSpec])
