@@ -69,8 +69,8 @@ def upstream_bytes(raw: bytes, body: dict[str, Any], upstream: dict[str, Any]) -
         return orjson.dumps(upstream)
     if not added:
         return raw
-    end = raw.rstrip(b" \t\n\r")
-    return end[:-1] + b"," + orjson.dumps(added)[1:]
+    closing = len(raw.rstrip(b" \t\n\r")) - 1
+    return b"".join((memoryview(raw)[:closing], b",", orjson.dumps(added)[1:]))
 
 
 def _choice_for_client(choice: dict[str, Any], asked: ClientAsked) -> dict[str, Any]:
