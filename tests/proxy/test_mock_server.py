@@ -167,3 +167,23 @@ def test_cli_mock_server_rejects_a_bad_script(tmp_path: Path, cli) -> None:
     assert result.returncode == 1
     expected = f"error: {script}: a script file must hold a JSON list of replies"
     assert result.stderr.strip().splitlines() == [expected]
+
+
+def _rss_mb(pid: int) -> float:
+    status = Path(f"/proc/{pid}/status").read_text()
+    kilobytes = next(line.split()[1] for line in status.splitlines() if line.startswith("VmRSS"))
+    return int(kilobytes) / 1024
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads RSS from /proc")
+def test_the_cli_mock_server_keeps_no_request_bodies(free_port, cli_server) -> None:
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    server = cli_server("mock-server", "--port", str(port), ready_url=f"{url}/v1/models")
+    request = {"model": "m", "messages": [{"role": "user", "content": "x" * 2_000_000}]}
+    with httpx.Client(base_url=f"{url}/v1") as client:
+        client.post("/chat/completions", json=request).raise_for_status()
+        before = _rss_mb(server.pid)
+        for _ in range(40):  # 80 MB of bodies, which a request log would hold
+            client.post("/chat/completions", json=request).raise_for_status()
+    assert _rss_mb(server.pid) - before < 40

@@ -55,7 +55,7 @@ def mock_server_command(
         from trajforge.models.tiny import load_tiny_backend
 
         backend = load_tiny_backend()
-    mock = MockApp(load_script(script) if script else None, backend)
+    mock = MockApp(load_script(script) if script else None, backend, request_log=0)
     _serve(mock.app, host, port, "mock OpenAI server")
 
 

@@ -35,6 +35,7 @@ from trajforge.models.serve import BackgroundServer
 from trajforge.openai_wire import error_body
 
 REQUEST_LOG_SIZE = 10_000
+"""Request bodies (and headers) an in-process mock keeps for its tests to read."""
 
 
 class _JSON(Response):
@@ -60,13 +61,18 @@ async def _sse(chunks: list[dict[str, Any]], truncate: bool) -> AsyncIterator[by
 
 
 class MockApp:
-    """The ASGI app and its state: script cursor, token backend, request log."""
+    """The ASGI app and its state: script cursor, token backend, request log (the last
+    `request_log` requests; 0 keeps none, as a mock in a process of its own, whose log no
+    one can read, should: a long benchmark's megabyte bodies otherwise filled gigabytes)."""
 
-    def __init__(self, script: Script | None = None, backend: TokenBackend | None = None):
+    def __init__(
+        self, script: Script | None = None, backend: TokenBackend | None = None,
+        request_log: int = REQUEST_LOG_SIZE,
+    ) -> None:  # fmt: skip
         self.backend = backend or HashTokenBackend()
         self.cursor = ScriptCursor(script)
-        self.requests: deque[dict[str, Any]] = deque(maxlen=REQUEST_LOG_SIZE)
-        self.headers: deque[dict[str, str]] = deque(maxlen=REQUEST_LOG_SIZE)
+        self.requests: deque[dict[str, Any]] = deque(maxlen=request_log)
+        self.headers: deque[dict[str, str]] = deque(maxlen=request_log)
         self._ids = itertools.count(1)
         self.app = FastAPI(title="trajforge mock OpenAI server")
         self.app.post("/v1/chat/completions")(self.chat_completions)
