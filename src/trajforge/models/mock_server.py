@@ -62,8 +62,8 @@ async def _sse(chunks: list[dict[str, Any]], truncate: bool) -> AsyncIterator[by
 
 class MockApp:
     """The ASGI app and its state: script cursor, token backend, request log (the last
-    `request_log` requests; 0 keeps none, as a mock in a process of its own, whose log no
-    one can read, should: a long benchmark's megabyte bodies otherwise filled gigabytes)."""
+    `request_log` requests, for tests to read). The `mock-server` command keeps none: no one
+    can read its log, and a long benchmark's megabyte bodies filled gigabytes of it."""
 
     def __init__(
         self, script: Script | None = None, backend: TokenBackend | None = None,
