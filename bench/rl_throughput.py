@@ -62,11 +62,12 @@ the shared openings of a batch's rows, 74% of the held states are distinct, so a
 a shared prefix once per batch would save at most a quarter of the attention's reads.
 
 On an AMD EPYC with AVX-512 (AVX-512 BF16 too, 32 MB of L3, 100 GFLOP/s a thread) at
-254fc60: 4.3-5.1x (new 9.0-9.4 episodes/s, today 1.8-2.1; the faster products sped up
-today's prefills as much as the new path). The 35 batches of one iteration replayed alone
-took 1.8-2.1 s (decode steps 0.67-0.77 s, attention reading states at about 25 GB/s;
-prefills 0.54-0.62 s; stacking, entries and selections 0.5-0.6 s), more than the 1.5-1.8 s
-that 10x would leave for the whole iteration. Tried there and not kept: bfloat16 attention
+254fc60: 4.3-5.1x (new 9.0-9.4 episodes/s, today 1.8-2.1: today's path, mostly prefill
+products, gained about 2x from the faster products, the new one about 1.5x). The 35
+batches of one iteration replayed alone took 1.8-2.1 s on a quiet machine (decode steps
+0.67-0.77 s, attention reading states at about 25 GB/s; prefills 0.54-0.62 s; stacking,
+entries and selections 0.5-0.7 s), more than the 1.5-1.8 s that 10x would leave for the
+whole iteration. Tried there and not kept: bfloat16 attention
 (5.7 times slower than float32 at 14 rows of 475 states), `serve` on two threads (the replay
 1.5-1.6 s against 1.9 s, but 6.5 and 7.5 episodes/s against 8.6 and 7.8 beside the
 rollouts), and glibc's allocator told to keep freed memory (`GLIBC_TUNABLES` mmap threshold
