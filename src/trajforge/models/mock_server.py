@@ -84,8 +84,9 @@ class MockApp:
             body = orjson.loads(await request.body())
         except orjson.JSONDecodeError as exc:
             raise HTTPException(400, f"request body is not JSON: {exc}") from None
-        self.requests.append(body)
-        self.headers.append(dict(request.headers))
+        if self.requests.maxlen:
+            self.requests.append(body)
+            self.headers.append(dict(request.headers))
         reply = self.cursor.next(body)
         if reply.delay_s:
             await asyncio.sleep(reply.delay_s)
