@@ -67,12 +67,12 @@ products, gained about 2x from the faster products, the new one about 1.5x). The
 batches of one iteration replayed alone took 1.8-2.1 s on a quiet machine (decode steps
 0.67-0.77 s, attention reading states at about 25 GB/s; prefills 0.54-0.62 s; stacking,
 entries and selections 0.5-0.7 s), more than the 1.5-1.8 s that 10x would leave for the
-whole iteration. Tried there and not kept: bfloat16 attention
-(5.7 times slower than float32 at 14 rows of 475 states), `serve` on two threads (the replay
-1.5-1.6 s against 1.9 s, but 6.5 and 7.5 episodes/s against 8.6 and 7.8 beside the
-rollouts), and glibc's allocator told to keep freed memory (`GLIBC_TUNABLES` mmap threshold
-32 MB, trim threshold 4 GB: stacking 0.30-0.35 -> 0.13 s in the replay, but 8.62 against
-8.58 episodes/s over 8 alternating rounds).
+whole iteration. Tried there and not kept: bfloat16 attention (5.7 times slower than
+float32 at 14 rows of 475 states), `serve` on two threads (the replay 1.5-1.6 s against 1.9
+s, but 6.5 and 7.5 episodes/s against 8.6 and 7.8 beside the rollouts), and glibc's
+allocator told to keep freed memory (`GLIBC_TUNABLES` mmap threshold 32 MB, trim threshold 4
+GB: stacking 0.30-0.35 -> 0.13 s in the replay, but 8.62 against 8.58 episodes/s over 8
+alternating rounds).
 """
 
 from __future__ import annotations
