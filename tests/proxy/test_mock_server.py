@@ -9,7 +9,7 @@ import httpx
 import openai
 import pytest
 
-from trajforge.models import OpenAICompatibleModel, OpenAIModelConfig
+from trajforge.models import OpenAICompatibleModel, OpenAIModelConfig, mock_tokens
 from trajforge.models.mock_script import DEFAULT_REPLY
 from trajforge.models.mock_server import MockOpenAIServer
 from trajforge.models.mock_tokens import HashTokenBackend, completion_ids, prompt_ids
@@ -101,6 +101,20 @@ def test_next_prompt_extends_previous_prompt_and_completion() -> None:
     completion = completion_ids(backend, reply)
     later = prompt_ids(backend, [*history, reply, {"role": "user", "content": "more"}])
     assert later[: len(first) + len(completion)] == first + completion
+
+
+def test_hashed_ids_are_stable_and_every_backend_knows_their_pieces(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    first, second = HashTokenBackend(), HashTokenBackend()
+    ids = first.encode("alpha beta, alpha")
+    assert ids == [35011, 5172, 39827, 2870, 5172, 35011]  # the ids recorded data carries
+    assert first.encode("alpha beta, alpha") == ids  # from the pieces it knows
+    assert [second.piece(i) for i in second.encode("alpha beta, alpha")] == [
+        "alpha", " ", "beta", ",", " ", "alpha"
+    ]  # fmt: skip
+    monkeypatch.setattr(mock_tokens, "KNOWN_PIECES", 2)
+    assert HashTokenBackend().encode("alpha beta, alpha") == ids  # starting over changes none
 
 
 def test_without_script_every_request_gets_the_fixed_reply() -> None:
