@@ -16,11 +16,13 @@ own overhead saturates at 16-64 sessions). In-process capture is measured separa
 (`inprocess_overhead.py`): an httpx client in this process calling the mock directly, under
 capture, and through the proxy. Two more targets run beside the proxy: `tf-no-wait`, the
 proxy with `--answer-before-commit` (a call is answered once handed to the writer, and the
-session's next answer waits for its commit), and `relay`, the floor: the same server stack
-forwarding bytes and nothing else (`relay_floor.py`). `--json` prints the summary alone on
-stdout (the tables go to stderr): `added_p50_ms` keyed by mode (`plain`, `stream`,
+session's next answer waits for its commit), `relay`, the floor: the same server stack
+forwarding bytes and nothing else (`relay_floor.py`), and `tcp`, the floor under it: bytes
+copied between two connections, no HTTP (`relay_floor.py --tcp`). `--json` prints the summary
+alone on stdout (the tables go to stderr): `added_p50_ms` keyed by mode (`plain`, `stream`,
 `plain_30KB`, `inprocess`) and by session count, the same for `tf-no-wait`
-(`no_wait_added_p50_ms`) and the relay (`relay_added_p50_ms`), and `goals`
+(`no_wait_added_p50_ms`), the relay (`relay_added_p50_ms`) and `tcp` (`tcp_added_p50_ms`),
+and `goals`
 (`goals_no_wait`): each goal at 1 session with its value, limit and `met` (the 30 KB limit
 is 1 ms + `parse_30KB_ms`, orjson's parse of that body here; the long session runs direct,
 proxied and relayed calls in lockstep, and its goal is `last_over_first` <= 1.5, the median
@@ -385,6 +387,7 @@ def run_cases(targets: dict[str, Target], sessions: list[int], args) -> dict:
         "added_p50_ms": {},
         "added_p99_ms": {},
         "relay_added_p50_ms": {},
+        "tcp_added_p50_ms": {},
         "no_wait_added_p50_ms": {},
         "p99_over_p50": {},
     }
@@ -402,6 +405,7 @@ def run_cases(targets: dict[str, Target], sessions: list[int], args) -> dict:
         summary["added_p50_ms"][key] = added(results, "trajforge", "p50_ms")
         summary["added_p99_ms"][key] = added(results, "trajforge", "p99_ms")
         summary["relay_added_p50_ms"][key] = added(results, "relay", "p50_ms")
+        summary["tcp_added_p50_ms"][key] = added(results, "tcp", "p50_ms")
         summary["no_wait_added_p50_ms"][key] = added(results, "tf-no-wait", "p50_ms")
         summary["p99_over_p50"][key] = {
             str(c): round(r["p99_ms"] / r["p50_ms"], 2) for c, r in results["trajforge"].items()
@@ -472,6 +476,7 @@ def start_targets(workdir: Path, processes: list, no_litellm: bool) -> dict[str,
     relay = [sys.executable, str(Path(__file__).with_name("relay_floor.py"))]
     targets = {
         "direct": mock,
+        "tcp": served("tcp", [*relay, "--upstream", mock[0], "--tcp"]),
         "relay": served("relay", [*relay, "--upstream", mock[0]]),
         "trajforge": served("proxy", [*proxy, "--db", str(workdir / "bench.db")]),
         "tf-no-wait": served(
