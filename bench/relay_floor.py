@@ -97,7 +97,11 @@ async def tcp_relay(upstream: str, port: int) -> None:
     where = urlsplit(upstream)
 
     async def connected(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        up_reader, up_writer = await asyncio.open_connection(where.hostname, where.port)
+        try:
+            up_reader, up_writer = await asyncio.open_connection(where.hostname, where.port)
+        except OSError:  # the upstream is down: the client sees its connection closed
+            writer.close()
+            return
         await asyncio.gather(_copy(reader, up_writer), _copy(up_reader, writer))
 
     server = await asyncio.start_server(connected, "127.0.0.1", port)
