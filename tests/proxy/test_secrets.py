@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import httpx
 import openai
@@ -70,6 +71,26 @@ def test_token_guards_the_proxy_and_never_reaches_upstream(tmp_path: Path) -> No
     assert [h["authorization"] for h in headers] == [f"Bearer {UPSTREAM_KEY}"]
     stored = _store_bytes(db)
     assert PROXY_TOKEN.encode() not in stored and UPSTREAM_KEY.encode() not in stored
+
+
+def test_cookies_an_upstream_sets_are_not_sent_on_later_calls(tmp_path: Path) -> None:
+    upstream = MockOpenAIServer()
+
+    @upstream.mock.app.middleware("http")
+    async def set_cookie(request: Any, call_next: Any) -> Any:
+        response = await call_next(request)
+        response.set_cookie("upstream_session", "of-the-first-client")
+        return response
+
+    request = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+    with upstream:
+        # by name: aiohttp's default jar keeps no cookies of a host given by its address
+        config = ProxyConfig(upstream=upstream.base_url.replace("127.0.0.1", "localhost"))
+        with ProxyServer(config, tmp_path / "p.db") as proxy:
+            for session in ("first", "second"):
+                url = f"{proxy.session_url(session)}/chat/completions"
+                assert httpx.post(url, json=request).status_code == 200
+    assert [h.get("cookie") for h in upstream.headers] == [None, None]
 
 
 @pytest.mark.parametrize("name", ["api_key", "Authorization", "password", "aws_session_token"])

@@ -80,6 +80,8 @@ def transport_error(exc: BaseException, timeout_s: float) -> UpstreamError:
 class Upstream:
     """The upstream connection pool: one aiohttp session with keep-alive connections.
 
+    Cookies an upstream sets are not kept: they would be sent on every client's calls.
+
     `timeout_s` bounds connecting and each read (a stream may run longer as long as data keeps
     coming). Must be created inside the running event loop.
     """
@@ -93,7 +95,10 @@ class Upstream:
         )
         connector = aiohttp.TCPConnector(limit=1024, limit_per_host=0)
         self.session = aiohttp.ClientSession(
-            connector=connector, timeout=timeout, skip_auto_headers=("User-Agent",)
+            connector=connector,
+            timeout=timeout,
+            skip_auto_headers=("User-Agent",),
+            cookie_jar=aiohttp.DummyCookieJar(),
         )
 
     def headers(self, client_headers: Any) -> dict[str, str]:
