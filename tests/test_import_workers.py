@@ -14,6 +14,7 @@ import trajforge.importers.pipeline as pipeline
 from trajforge.errors import UserError
 from trajforge.importers import import_paths
 from trajforge.importers.trajforge_jsonl import TrajforgeJsonlImporter
+from trajforge.jsonfile import WHOLE_FILE, LineRange
 from trajforge.schema import Message, Task, Trajectory
 from trajforge.store import Store
 
@@ -120,3 +121,25 @@ def test_workers_start_only_where_they_can_share_the_reading(
     assert pipeline.default_readers([small, small]) == 0  # too little to read
     monkeypatch.setattr(pipeline, "usable_cores", lambda: 1)
     assert pipeline.default_readers([big, big]) == 0
+
+
+def test_each_file_read_is_forgotten_by_the_page_cache_once_read(
+    shared_data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Read here, a file's pages are dropped once its runs are stored; read by a worker, once
+    its part is read (`_read_piece`, called here)."""
+    forgotten: list[tuple[str, LineRange]] = []
+    monkeypatch.setattr(
+        pipeline, "forget_cached", lambda p, r=WHOLE_FILE: forgotten.append((Path(p).name, r))
+    )
+    source = shared_data / "who-and-when" / "Hand-Crafted-sample"
+    with Store(":memory:") as store:
+        import_paths(store, [str(source)], workers=0)
+    assert sorted(forgotten) == sorted((p.name, WHOLE_FILE) for p in source.iterdir())
+    forgotten.clear()
+    path = tmp_path / "runs.jsonl"
+    run = Trajectory(task=Task(id="t", environment="e"), messages=[Message(role="user")])
+    path.write_text(run.model_dump_json() + "\n")
+    part = LineRange(0, None, 1)
+    encoded = pipeline._read_piece(path, TrajforgeJsonlImporter(), part, pipeline.SourceOverrides())
+    assert len(encoded) == 1 and forgotten == [("runs.jsonl", part)]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import io
+import os
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -116,6 +117,26 @@ def line_ranges(path: Path, size: int) -> list[LineRange]:
     if start < position or not ranges:
         ranges.append(LineRange(start, None, first_line))
     return ranges
+
+
+def forget_cached(path: Path, lines: LineRange = WHOLE_FILE) -> None:
+    """Tell the system that `lines` of `path` will not be read again: their pages leave the
+    page cache now, instead of pushing out pages that will be (an import reads each file
+    once; at 100 times the shared data, its files and the store it writes no longer fit in
+    memory together). Does nothing where the system takes no such advice."""
+    if not hasattr(os, "posix_fadvise"):
+        return
+    try:
+        handle = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        length = 0 if lines.stop is None else lines.stop - lines.start  # 0: to the end
+        os.posix_fadvise(handle, lines.start, length, os.POSIX_FADV_DONTNEED)
+    except OSError:
+        pass  # advice only
+    finally:
+        os.close(handle)
 
 
 def _parse_line(path: Path, number: int, line: bytes) -> object:

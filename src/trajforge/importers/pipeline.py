@@ -27,7 +27,7 @@ from trajforge.importers.base import (
     data_size,
 )
 from trajforge.importers.registry import detect_format, require_format
-from trajforge.jsonfile import line_ranges
+from trajforge.jsonfile import forget_cached, line_ranges
 from trajforge.processes import ignore_interrupts, usable_cores, worker_pool
 from trajforge.schema import IMPORT_WARNINGS, Trajectory
 from trajforge.store import EncodedTrajectory, Store, StoreFull, encode
@@ -323,7 +323,7 @@ def _read_ahead(
     """Each job's runs in job order: read here as they are stored, or by `workers` processes
     ahead of time (pending reads are cancelled when the import stops early)."""
     if workers < 1:
-        yield (_encoded_runs(path, imp.read(path), overrides) for path, imp in jobs)
+        yield (_read_here(path, imp, overrides) for path, imp in jobs)
         return
     with worker_pool(workers, initializer=ignore_interrupts) as pool:
         yield _ReadAhead(pool, jobs, sizes, overrides).runs_of_files()
@@ -377,7 +377,7 @@ class _ReadAhead:
         for index, (path, imp) in enumerate(self.jobs):
             piece, future = self._next_piece(index)
             if future is None:
-                yield _encoded_runs(path, imp.read(path), self.overrides)
+                yield _read_here(path, imp, self.overrides)
             elif piece.lines is None:
                 yield _result(future, path)
             else:
@@ -446,6 +446,14 @@ def _read_piece(
         return list(_encoded_runs(path, trajs, overrides, first))
     except UserError as exc:
         return str(exc)
+    finally:
+        forget_cached(path, lines or WHOLE_FILE)
+
+
+def _read_here(path: Path, imp: Importer, overrides: SourceOverrides) -> Iterator[_Encoded]:
+    """A file's encoded runs, read in this process as they are stored."""
+    yield from _encoded_runs(path, imp.read(path), overrides)
+    forget_cached(path)
 
 
 def _encoded_runs(
