@@ -6,13 +6,14 @@ Usage: python bench/store_scale.py [DATA_DIR] [--scales 1,10,30,100] [--repeat N
 Imports ../shared/data once, exports it, and writes copies of every run with new ids (copy K's
 runs get the run name "<run>~copyK", so their content ids differ) as trajforge JSONL files, one
 file per copy (about 100 MB each; 100x is about 10 GB, written once into the temporary folder,
-or `--work`, and reused by the smaller scales). At each scale the copies are imported into a
-fresh store with `trajforge import`, then every command runs as a whole process: `ls`,
-`ls --json`, a filtered `ls`, two full-text searches (`ls --search`, a common word and a rare
-phrase), `stats`, `show` (of the same run at every scale), `export` to JSONL and to Parquet
-(shards of 20,000 runs; one file with `--against`'s older tree), and `ls`, `stats` and the
-searches read from the shards (`--parquet DIR`, DuckDB). The web UI (`trajforge ui`, a real
-server on loopback) serves its first page and a search.
+or `--work`, before any import is measured, and flushed to disk, so that no import competes
+with their write-back; the smaller scales import the first copies). At each scale the copies
+are imported into a fresh store with `trajforge import`, then every command runs as a whole
+process: `ls`, `ls --json`, a filtered `ls`, two full-text searches (`ls --search`, a common
+word and a rare phrase), `stats`, `show` (of the same run at every scale), `export` to JSONL
+and to Parquet (shards of 20,000 runs; one file with `--against`'s older tree), and `ls`,
+`stats` and the searches read from the shards (`--parquet DIR`, DuckDB). The web UI
+(`trajforge ui`, a real server on loopback) serves its first page and a search.
 
 Each measure has its yardstick, measured in the same run on the same store:
 - import: time per GB of input (goal: flat within 20% from 1x to 100x) and `json.loads` of
@@ -627,12 +628,14 @@ def run_scales(
     base_db = work / "base.db"
     Tree("base", HERE_SRC, work).run("import", str(data), "--db", str(base_db))
     templates = copy_templates(base_db, work)
+    progress(f"writing {max(scales)} copies")
+    copies = write_copies(templates, max(scales), work)
+    os.sync()  # no import competes with the write-back of the copies
     fixed_s = measure_fixed_import(trees[0], templates[0], args.repeat)
     progress(f"import of one run: {fixed_s:.2f} s")
     report = {}
     for scale in scales:
-        progress(f"scale {scale}x: writing copies")
-        files = write_copies(templates, scale, work)
+        files = copies[:scale]
         repeat = args.repeat if scale < 10 else args.repeat_large
         result = measure_scale(trees, files, repeat, last=scale == max(scales))
         result["runs"] = len(templates) * scale
