@@ -34,14 +34,21 @@ from 10x, the imports' included (each into a fresh store). Progress lines go to 
 `--against SRC` runs the commands with a second source tree (for example an older
 checkout's `src`) on its own store, and prints new / old per row.
 
-On a 2-core AMD EPYC with AVX-512 and 23 GB of memory (`results/store_scale.json`): import
-time per GB 16.8, 11.6, 12.2 and 16.6 s from 1x to 100x (1.45 max over min; an import of
-one run takes 0.28 s). Outside the script, `/usr/bin/time` of the 10x and 100x imports: user
-CPU 18.3 and 18.6 s per GB, flat, but system CPU 4.7 and 7.1 s per GB, and bytes written
-1.2 and 1.48 times the store's size. At 100x the 15.6 GB store and the 9.8 GB of copies no
-longer fit in the page cache together, and a commit into a larger store rewrites more of the
-pages that are already there, each copied to the rollback journal first. Single 100x imports
-took 134 to 173 s over six runs.
+On a 2-core AMD EPYC with AVX-512 and 23 GB of memory (`results/store_scale.json`, at a
+time the same machine ran everything 1.2-1.7 times slower than a few hours before: an import
+of one run took 0.48 s, not 0.28): import time per GB 22.2, 13.6, 16.9 and 17.2 s from 1x to
+100x (1.63 max over min; past the fixed cost 17.3, 13.1, 16.7 and 17.2, 1.31); the 100x
+imports took 157 and 182 s. A few hours before, with each scale's copies written just before
+its import: 16.8, 11.6, 12.2 and 16.6 s (1.45). Where 100x goes, from timers around each copy
+of an import in one process (twelve runs): the writer's user CPU a copy stays flat within a
+run, its system CPU about doubles for the copies between about the 50th and the 80th (0.33-0.4
+to 0.6-1.1 s), then falls back. In a profile of that stretch, writing pages (`pwrite64`)
+takes 30% of the writer's time, partial pages among them (probably the rollback journal,
+whose records are not page-aligned), and `line_ranges` reading each copy before a worker
+reads it again 10%. No page was reclaimed from the cache until about the 80th copy; from
+there the store and the copies no longer fit in memory together, and dropping each copy from
+the cache once read (`forget_cached`) made 100x imports 0-24 s faster in four pairs of runs
+(median about 8 s).
 """
 
 from __future__ import annotations
