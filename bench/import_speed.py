@@ -10,44 +10,44 @@ counts, so a busy machine disturbs the ratio less; the ratio of CPU time (proces
 which other processes do not inflate; the import's workers included) is printed too.
 `--profile` prints the top functions of one import (of its main process).
 
-Where the time goes in one process (`--workers 0`; process-time timers around each stage,
-986 trajectories, 99 MB of files, on a busy 2-core machine; about 1.45-1.8 s of CPU in all):
-reading, parsing and one pydantic validation per trajectory about 0.5 s (json.load of the
-same bytes: 0.23 s); SQLite's full-text index (FTS5) of the runs' 44 MB of text about 0.4 s,
-which alone is about twice json.load; one serialization plus sha256 for the content id, and
-the search text, about 0.3 s; row inserts 0.15 s; commits 0.12 s; format detection 0.14 s.
-What the import does about SQLite: files are committed in groups of about 8 MB (each file in
-its own savepoint), the full-text rows of a group are written just before its commit (FTS5
-writes out a segment at every savepoint, which cost more than the indexing itself when each
-file was its own), and an empty store is filled through a rollback journal, so each page is
-written once instead of to the write-ahead log and again at the checkpoint. Files are read,
-validated and serialized by worker processes (one per core but one) while the main process
-writes the store (`--workers 0` reads everything in the main process): on 2 cores 1.09-1.1 s
-instead of 1.5-1.7 s wall (5.0-5.1x instead of 7.1-7.5x), at more CPU in all (7.8-8.1x
-instead of 6.5-7.0x) since the encoded runs (about 130 MB for 99 MB of files) are pickled
-and sent through a pipe. The main process is then the limit: SQLite takes about 0.85 s of it
-(the full-text index 0.5-0.6 s, rows 0.26 s), receiving the runs 0.12 s and format detection
-0.13 s, which is already 5x json.load. Tried and not kept: page_size 16 KiB / 64 KiB with a
-larger cache (no faster, the file grows up to 10%); zlib level 1 (4.6x smaller file, same
-wall time, +0.3 s CPU, and SQL `json_extract` on documents would stop working); a writer
-thread for SQLite (GIL hand-offs between ~1000 small transactions and long validations: 4.9
-s against 4.2 s on a busy 2-core machine); FTS5 `detail=column` (0.27 s instead of 0.42 s to
-index, but no phrase queries) and the ascii tokenizer (about 5% faster, but non-ASCII text
-would not be folded); the main process reading pieces queued for the worker whenever it
-would wait for one (work stealing: 82 pieces, 0.33 s, replacing 0.26 s of waiting on a quiet
-machine, 3.66 s against 3.54 s a run: the waits are the first pieces', and the main process
-is busy the rest of the time); format detection shared with a worker (every second file of
-a folder of 256 files or more, the worker sending back format names): deciding the importers
-of the 933 files took 0.15 s instead of 0.18, and the import was no faster that one could
-tell (1.45-1.68 s against 1.55-1.65 s in alternating runs). Indexing the runs' 44 MB of text alone, replayed into an
-empty FTS5 table (CPU, best of three, 0.63-0.69 s against 0.33 s for json.load on the same
-busy machine): the `hashsize` (16 MB), `automerge` (0, or 8 with `crisismerge` 64) and
-`pgsz` (8000) options, segments flushed every 1 MB, 4 MB or 8 MB of text, commits of 32 MB,
-and no `DELETE` before each insert all land within 0.58-0.69 s, the spread of repeated runs:
-the cost is tokenizing, not merging or flushing. So moving the index to a second database
-file written by its own process would not reach 3x on 2 cores either: the CPU of the whole
-import, workers included, is 6.8-7.1x json.load, and on 2 cores wall time cannot fall below
-half of it (3.4-3.6x) however the work is split."""
+Where the time goes in one process (`--workers 0`; process-time timers around each stage, 986
+trajectories, 99 MB of files, on a busy 2-core machine; about 1.45-1.8 s of CPU in all):
+reading, parsing and one pydantic validation per trajectory about 0.5 s (json.load of the same
+bytes: 0.23 s); SQLite's full-text index (FTS5) of the runs' 44 MB of text about 0.4 s, which
+alone is about twice json.load; one serialization plus sha256 for the content id, and the
+search text, about 0.3 s; row inserts 0.15 s; commits 0.12 s; format detection 0.14 s. What the
+import does about SQLite: files are committed in groups of about 8 MB (each file in its own
+savepoint), the full-text rows of a group are written just before its commit (FTS5 writes out a
+segment at every savepoint, which cost more than the indexing itself when each file was its
+own), and an empty store is filled through a rollback journal, so each page is written once
+instead of to the write-ahead log and again at the checkpoint. Files are read, validated and
+serialized by worker processes (one per core but one) while the main process writes the store
+(`--workers 0` reads everything in the main process): on 2 cores 1.09-1.1 s instead of 1.5-1.7
+s wall (5.0-5.1x instead of 7.1-7.5x), at more CPU in all (7.8-8.1x instead of 6.5-7.0x) since
+the encoded runs (about 130 MB for 99 MB of files) are pickled and sent through a pipe. The
+main process is then the limit: SQLite takes about 0.85 s of it (the full-text index 0.5-0.6 s,
+rows 0.26 s), receiving the runs 0.12 s and format detection 0.13 s, which is already 5x
+json.load. Tried and not kept: page_size 16 KiB / 64 KiB with a larger cache (no faster, the
+file grows up to 10%); zlib level 1 (4.6x smaller file, same wall time, +0.3 s CPU, and SQL
+`json_extract` on documents would stop working); a writer thread for SQLite (GIL hand-offs
+between ~1000 small transactions and long validations: 4.9 s against 4.2 s on a busy 2-core
+machine); FTS5 `detail=column` (0.27 s instead of 0.42 s to index, but no phrase queries) and
+the ascii tokenizer (about 5% faster, but non-ASCII text would not be folded); the main process
+reading pieces queued for the worker whenever it would wait for one (work stealing: 82 pieces,
+0.33 s, replacing 0.26 s of waiting on a quiet machine, 3.66 s against 3.54 s a run: the waits
+are the first pieces', and the main process is busy the rest of the time); format detection
+shared with a worker (every second file of a folder of 256 files or more, the worker sending
+back format names): deciding the importers of the 933 files took 0.15 s instead of 0.18, and
+the import was no faster that one could tell (1.45-1.68 s against 1.55-1.65 s in alternating
+runs). Indexing the runs' 44 MB of text alone, replayed into an empty FTS5 table (CPU, best of
+three, 0.63-0.69 s against 0.33 s for json.load on the same busy machine): the `hashsize` (16
+MB), `automerge` (0, or 8 with `crisismerge` 64) and `pgsz` (8000) options, segments flushed
+every 1 MB, 4 MB or 8 MB of text, commits of 32 MB, and no `DELETE` before each insert all land
+within 0.58-0.69 s, the spread of repeated runs: the cost is tokenizing, not merging or
+flushing. So moving the index to a second database file written by its own process would not
+reach 3x on 2 cores either: the CPU of the whole import, workers included, is 6.8-7.1x
+json.load, and on 2 cores wall time cannot fall below half of it (3.4-3.6x) however the work is
+split."""
 
 from __future__ import annotations
 
