@@ -83,6 +83,20 @@ def test_import_text_summary_groups_skipped_files(tmp_path: Path) -> None:
     assert lines[2:] == [f"  {notes}/ (2)", f"  {notes / 'deeper'}/ (1)"]
 
 
+def test_import_shows_progress_while_it_finds_the_formats(tmp_path: Path) -> None:
+    """Every file given or found in a folder is counted as its format is decided."""
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "a.txt").write_text("not a run")
+    single = sorted(WHO_DIR.rglob("*.json"))[0]
+    args = ["import", str(WHO_DIR), str(notes), str(single), "--db", str(tmp_path / "t.db")]
+    result = CliRunner(env={"TRAJFORGE_PROGRESS_EVERY": "0"}).invoke(app, args)
+    assert result.exit_code == 0, result.output
+    found = [line for line in result.stderr.splitlines() if "finding formats" in line]
+    files = len([p for p in WHO_DIR.rglob("*") if p.is_file()]) + 2
+    assert found and found[-1].startswith(f"import: finding formats: file {files}/{files} (100%)")
+
+
 def test_model_and_run_overrides(tmp_path: Path) -> None:
     db = str(tmp_path / "t.db")
     agentrx = str(SAMPLE / "agentrx")

@@ -56,7 +56,9 @@ def import_command(
 
     Folders are searched recursively; files that are not runs are skipped and listed.
     """
-    jobs, report = plan(paths, fmt)
+    deciding = ProgressLines("import: finding formats", None, "file")
+    jobs, report = plan(paths, fmt, deciding)
+    deciding.finish()
     overrides = SourceOverrides(model=model, run=run)
     lines = ProgressLines("import", len(jobs), "file")
     lines.update(0)

@@ -29,6 +29,7 @@ from trajforge.importers.base import (
 from trajforge.importers.registry import detect_format, require_format
 from trajforge.jsonfile import forget_cached, line_ranges
 from trajforge.processes import ignore_interrupts, usable_cores, worker_pool
+from trajforge.progress import ProgressLines
 from trajforge.schema import IMPORT_WARNINGS, Trajectory
 from trajforge.store import EncodedTrajectory, Store, StoreFull, encode
 from trajforge.store.metadata import Actor, Filled, MetadataUpdate, fill_unknown
@@ -188,19 +189,23 @@ def files_under(folder: Path) -> list[Path]:
 
 
 def plan(
-    paths: Iterable[str], fmt: str | None = None
+    paths: Iterable[str], fmt: str | None = None, progress: ProgressLines | None = None
 ) -> tuple[list[tuple[Path, Importer]], ImportReport]:
     """Decide the importer of each file; returns ([(path, importer)], report-so-far).
 
     Explicit files must be recognized (else a UserError); unrecognized files found in folders
     are listed as not trajectories, unreadable ones as failed. Sidecars claimed by a
-    recognized file are consumed.
+    recognized file are consumed. `progress` counts the files as their formats are decided
+    (about 0.2 ms a file on the shared data).
     """
     explicit, in_folders = expand(paths)
     report = ImportReport()
-    jobs = [(p, require_format(p, fmt)) for p in explicit]
+    counted: Callable[[list[Path]], Iterator[Path]] = iter
+    if progress is not None:
+        progress.total, counted = len(explicit) + len(in_folders), progress.each
+    jobs = [(p, require_format(p, fmt)) for p in counted(explicit)]
     candidates = []
-    for path in in_folders:
+    for path in counted(in_folders):
         try:
             if file_kind(path) not in ("file", "missing"):
                 report.special_files.append(str(path))
