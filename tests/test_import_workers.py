@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -59,6 +60,8 @@ def test_workers_import_what_this_process_would(
     or, for JSONL, in parts by the workers (a bad line in a late part fails the file)."""
     monkeypatch.setattr(pipeline, "WORKER_FILE_BYTES", worker_file_bytes)
     monkeypatch.setattr(pipeline, "PART_BYTES", 60_000)
+    (tmp_path / "tmp").mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))  # the workers' spool
     folder = _mixed_folder(shared_data, tmp_path / "runs")
     results = {}
     for workers in (0, 2):
@@ -66,6 +69,7 @@ def test_workers_import_what_this_process_would(
             report = import_paths(store, [str(folder)], workers=workers)
             results[workers] = (report.model_dump(), _stored(store), _indexed(store))
     assert results[2] == results[0]
+    assert list((tmp_path / "tmp").iterdir()) == []
     report, stored, _ = results[2]
     failed = {Path(f["path"]).name: f["error"] for f in report["files"] if f["error"]}
     assert sorted(failed) == ["exported-broken.jsonl", "zz-broken.jsonl"]
@@ -108,6 +112,18 @@ def test_a_dead_worker_stops_the_import_with_what_to_do(shared_data: Path, tmp_p
         assert store.count() == 0
         report = pipeline.import_jobs(store, jobs, pipeline.ImportReport(), workers=0)
         assert (report.added, store.count()) == (3, 3)
+
+
+def test_a_temporary_folder_that_cannot_be_used_stops_the_import_with_what_to_do(
+    shared_data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "missing"))
+    source = shared_data / "who-and-when" / "Hand-Crafted-sample"
+    with Store(tmp_path / "s.db") as store:
+        with pytest.raises(UserError, match=r"workers' results.*set TMPDIR.*--workers 0"):
+            import_paths(store, [str(source)], workers=1)
+        assert store.count() == 0
+        assert import_paths(store, [str(source)], workers=0).added == 3
 
 
 def test_workers_start_only_where_they_can_share_the_reading(

@@ -28,7 +28,14 @@ from trajforge.importers.base import (
 )
 from trajforge.importers.registry import detect_format, require_format
 from trajforge.jsonfile import forget_cached, line_ranges
-from trajforge.processes import ignore_interrupts, usable_cores, worker_pool
+from trajforge.processes import (
+    Spool,
+    SpoolError,
+    ignore_interrupts,
+    spool,
+    usable_cores,
+    worker_pool,
+)
 from trajforge.progress import ProgressLines
 from trajforge.schema import IMPORT_WARNINGS, Trajectory
 from trajforge.store import EncodedTrajectory, Store, StoreFull, encode
@@ -264,6 +271,7 @@ WORKER_FILE_BYTES = 32_000_000
 when its format has a run per line (`ReadsLineRanges`), else in this process while it is
 stored, run by run; it is never held whole."""
 PART_BYTES = 8_000_000
+ALL_HERE = "add --workers 0 to read every file in this process"
 
 
 class _Encoded(NamedTuple):
@@ -330,8 +338,13 @@ def _read_ahead(
     if workers < 1:
         yield (_read_here(path, imp, overrides) for path, imp in jobs)
         return
-    with worker_pool(workers, initializer=ignore_interrupts) as pool:
-        yield _ReadAhead(pool, jobs, sizes, overrides).runs_of_files()
+    try:
+        with spool() as results, worker_pool(workers, initializer=ignore_interrupts) as pool:
+            yield _ReadAhead(pool, results, jobs, sizes, overrides).runs_of_files()
+    except SpoolError as exc:
+        raise UserError(
+            f"import stopped: {exc}, or {ALL_HERE}. The runs committed so far are kept"
+        ) from None
 
 
 class _Piece(NamedTuple):
@@ -364,18 +377,20 @@ def _line_ranges(path: Path) -> list[LineRange]:
 
 class _ReadAhead:
     """Pieces of the files handed to the workers in file order, at most `READ_AHEAD_BYTES`
-    ahead of the file being stored."""
+    ahead of the file being stored; their runs come back through `results` (files: through
+    the pool's pipe, a worker waited for this busy process to take each part's runs)."""
 
     def __init__(
         self,
         pool: Executor,
+        results: Spool,
         jobs: list[tuple[Path, Importer]],
         sizes: list[int],
         overrides: SourceOverrides,
     ) -> None:
-        self.pool, self.jobs, self.overrides = pool, jobs, overrides
+        self.pool, self.results, self.jobs, self.overrides = pool, results, jobs, overrides
         self.pieces = _pieces(jobs, sizes)
-        self.queued: deque[tuple[_Piece, Future[_Read] | None]] = deque()
+        self.queued: deque[tuple[_Piece, Future[str] | None]] = deque()
         self.held = 0
 
     def runs_of_files(self) -> Iterator[_Runs]:
@@ -384,14 +399,14 @@ class _ReadAhead:
             if future is None:
                 yield _read_here(path, imp, self.overrides)
             elif piece.lines is None:
-                yield _result(future, path)
+                yield self._result(future, path)
             else:
                 yield self._parts(index, future, path)
 
-    def _parts(self, index: int, future: Future[_Read], path: Path) -> Iterator[_Encoded]:
+    def _parts(self, index: int, future: Future[str], path: Path) -> Iterator[_Encoded]:
         """The runs of a file read in parts; a part that fails fails the file."""
         while True:
-            runs = _result(future, path)
+            runs = self._result(future, path)
             if isinstance(runs, str):
                 raise UserError(runs)
             yield from runs
@@ -402,7 +417,7 @@ class _ReadAhead:
             assert next_future is not None  # parts are read by the workers
             future = next_future
 
-    def _next_piece(self, index: int) -> tuple[_Piece, Future[_Read] | None]:
+    def _next_piece(self, index: int) -> tuple[_Piece, Future[str] | None]:
         """The next piece of file `index` (parts left of a file that failed are dropped)."""
         while True:
             self._fill()
@@ -421,20 +436,21 @@ class _ReadAhead:
             future = None
             if not piece.here:
                 path, imp = self.jobs[piece.job]
-                future = self.pool.submit(_read_piece, path, imp, piece.lines, self.overrides)
+                future = self.results.submit(
+                    self.pool, _read_piece, path, imp, piece.lines, self.overrides
+                )
             self.queued.append((piece, future))
             self.held += piece.size
 
-
-def _result(future: Future[_Read], path: Path) -> _Runs:
-    try:
-        return future.result()
-    except BrokenProcessPool as exc:
-        raise UserError(
-            f"import stopped: the worker process reading {path} died ({exc}). The runs "
-            "committed so far are kept, and importing the same paths again adds only the "
-            "rest; add --workers 0 to read every file in this process"
-        ) from None
+    def _result(self, future: Future[str], path: Path) -> _Read:
+        try:
+            return self.results.result(future)
+        except BrokenProcessPool as exc:
+            raise UserError(
+                f"import stopped: the worker process reading {path} died ({exc}). The runs "
+                f"committed so far are kept, and importing the same paths again adds only "
+                f"the rest; {ALL_HERE}"
+            ) from None
 
 
 def _read_piece(
