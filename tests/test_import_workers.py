@@ -15,7 +15,7 @@ import trajforge.importers.pipeline as pipeline
 from trajforge.errors import UserError
 from trajforge.importers import import_paths
 from trajforge.importers.trajforge_jsonl import TrajforgeJsonlImporter
-from trajforge.jsonfile import WHOLE_FILE, LineRange
+from trajforge.jsonfile import WHOLE_FILE, LineRange, line_ranges, lines_before
 from trajforge.schema import Message, Task, Trajectory
 from trajforge.store import Store
 
@@ -159,3 +159,31 @@ def test_each_file_read_is_forgotten_by_the_page_cache_once_read(
     part = LineRange(0, None, 1)
     encoded = pipeline._read_piece(path, TrajforgeJsonlImporter(), part, pipeline.SourceOverrides())
     assert len(encoded) == 1 and forgotten == [("runs.jsonl", part)]
+
+
+def _part_failures(path: Path) -> list[tuple[LineRange, str]]:
+    """The parts of a JSONL file that fail when a worker reads them, and why."""
+    importer, overrides = TrajforgeJsonlImporter(), pipeline.SourceOverrides()
+    read = [
+        (part, pipeline._read_piece(path, importer, part, overrides))
+        for part in line_ranges(path, 1000)
+    ]
+    return [(part, result) for part, result in read if isinstance(result, str)]
+
+
+def test_a_part_that_fails_names_its_line_counted_from_the_start_of_the_file(
+    tmp_path: Path,
+) -> None:
+    """Parts past the first are cut without counting lines; one that fails counts them."""
+    run = Trajectory(task=Task(id="t", environment="e"), messages=[Message(role="user")])
+    lines = [run.model_dump_json()] * 50
+    path = tmp_path / "runs.jsonl"
+    lines[39] = "{not json"
+    path.write_text("\n".join(lines) + "\n")
+    ((part, message),) = _part_failures(path)
+    assert part.first_line is None and "[record line 40]: malformed JSON" in message
+    lines[39] = run.model_copy(update={"messages": []}).model_dump_json()
+    path.write_text("\n".join(lines) + "\n")
+    ((part, message),) = _part_failures(path)
+    first = lines_before(path, part.start) + 1
+    assert first > 1 and f"[record from line {first}, run {40 - first}]: the run has no" in message

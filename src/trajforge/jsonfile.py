@@ -70,11 +70,12 @@ def load_json_records(path: Path) -> object:
 
 class LineRange(NamedTuple):
     """Whole lines of a file: its bytes from `start` up to `stop` (None: to the end), the
-    first of them numbered `first_line`."""
+    first of them numbered `first_line` (None: not counted; they are then numbered from 1
+    within the range)."""
 
     start: int = 0
     stop: int | None = None
-    first_line: int = 1
+    first_line: int | None = 1
 
 
 WHOLE_FILE = LineRange()
@@ -82,12 +83,13 @@ WHOLE_FILE = LineRange()
 
 def iter_jsonl(path: Path, lines: LineRange = WHOLE_FILE) -> Iterator[tuple[int, object]]:
     """(line number, parsed object) for each non-empty line of a JSONL file (of `lines` of it)."""
-    number = lines.first_line - 1
+    first = lines.first_line or 1
+    number = first - 1
     left = None if lines.stop is None else lines.stop - lines.start
     with open_binary(path) as handle:
         try:
             handle.seek(lines.start)
-            for number, line in enumerate(handle, start=lines.first_line):
+            for number, line in enumerate(handle, start=first):
                 if left is not None:
                     if left <= 0:
                         break
@@ -98,25 +100,49 @@ def iter_jsonl(path: Path, lines: LineRange = WHOLE_FILE) -> Iterator[tuple[int,
             raise InputError(str(path), f"cannot read file: {exc}", f"line {number + 1}") from exc
 
 
+SEEK_BLOCK = 65536
+
+
 def line_ranges(path: Path, size: int) -> list[LineRange]:
     """A file cut into ranges of whole lines of at least `size` bytes (the last may be
-    shorter; one range for an empty file). Reads the file once, counting lines at C speed."""
+    shorter; one range for an empty file). Reads only from each cut to the next line end,
+    so lines are not counted: past the first range, `first_line` is None (`lines_before`
+    counts them when a message needs them)."""
     ranges: list[LineRange] = []
-    start, first_line = 0, 1  # where the current range begins, and its first line's number
-    position, newlines = 0, 0  # the block's offset in the file, and the newlines before it
+    start = 0
     with path.open("rb") as handle:
-        while block := handle.read(size):
-            reach = start + size - 1 - position  # where in the block the range reaches `size`
-            cut = block.find(b"\n", max(0, reach)) if reach < len(block) else -1
-            if cut >= 0:
-                end = position + cut + 1
-                ranges.append(LineRange(start, end, first_line))
-                start, first_line = end, newlines + block.count(b"\n", 0, cut + 1) + 1
-            newlines += block.count(b"\n")
-            position += len(block)
-    if start < position or not ranges:
-        ranges.append(LineRange(start, None, first_line))
+        total = os.fstat(handle.fileno()).st_size
+        while start + size < total:
+            end = _line_end(handle, start + size - 1)
+            if end is None:
+                break
+            ranges.append(LineRange(start, end, None if ranges else 1))
+            start = end
+    if start < total or not ranges:
+        ranges.append(LineRange(start, None, None if ranges else 1))
     return ranges
+
+
+def _line_end(handle: io.BufferedReader, position: int) -> int | None:
+    """Where the line that holds byte `position` ends (past its newline); None: at the end
+    of the file, with no newline."""
+    handle.seek(position)
+    while block := handle.read(SEEK_BLOCK):
+        cut = block.find(b"\n")
+        if cut >= 0:
+            return position + cut + 1
+        position += len(block)
+    return None
+
+
+def lines_before(path: Path, offset: int) -> int:
+    """How many lines end in the first `offset` bytes of a file (reads them, at C speed)."""
+    count = 0
+    with path.open("rb") as handle:
+        while offset > 0 and (block := handle.read(min(offset, 8_000_000))):
+            count += block.count(b"\n")
+            offset -= len(block)
+    return count
 
 
 def forget_cached(path: Path, lines: LineRange = WHOLE_FILE) -> None:

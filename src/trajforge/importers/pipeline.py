@@ -27,7 +27,7 @@ from trajforge.importers.base import (
     data_size,
 )
 from trajforge.importers.registry import detect_format, require_format
-from trajforge.jsonfile import forget_cached, line_ranges
+from trajforge.jsonfile import forget_cached, line_ranges, lines_before
 from trajforge.processes import (
     Spool,
     SpoolError,
@@ -458,17 +458,37 @@ def _read_piece(
 ) -> _Read:
     """Every run of a file (or of a range of its lines), encoded, or why the file cannot be
     imported (in a worker)."""
-    if lines is None:
-        trajs, first = imp.read(path), ""
-    else:
-        assert isinstance(imp, ReadsLineRanges)
-        trajs, first = imp.read_lines(path, lines), f"from line {lines.first_line}, run "
     try:
-        return list(_encoded_runs(path, trajs, overrides, first))
+        return _read_runs(path, imp, lines, overrides)
     except UserError as exc:
+        if lines is not None and lines.first_line is None:
+            return _numbered_failure(path, imp, lines, overrides) or str(exc)
         return str(exc)
     finally:
         forget_cached(path, lines or WHOLE_FILE)
+
+
+def _read_runs(
+    path: Path, imp: Importer, lines: LineRange | None, overrides: SourceOverrides
+) -> list[_Encoded]:
+    if lines is None:
+        return list(_encoded_runs(path, imp.read(path), overrides))
+    assert isinstance(imp, ReadsLineRanges)
+    first = f"from line {lines.first_line}, run " if lines.first_line else "run "
+    return list(_encoded_runs(path, imp.read_lines(path, lines), overrides, first))
+
+
+def _numbered_failure(
+    path: Path, imp: Importer, lines: LineRange, overrides: SourceOverrides
+) -> str | None:
+    """Why a part failed, its lines numbered from the start of the file: they were not
+    counted (that reads everything before the part), so the part is read again to say so."""
+    numbered = lines._replace(first_line=lines_before(path, lines.start) + 1)
+    try:
+        _read_runs(path, imp, numbered, overrides)
+    except UserError as exc:
+        return str(exc)
+    return None
 
 
 def _read_here(path: Path, imp: Importer, overrides: SourceOverrides) -> Iterator[_Encoded]:
