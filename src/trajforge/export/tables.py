@@ -7,7 +7,6 @@ never leaves a half-written file.
 from __future__ import annotations
 
 import functools
-from array import array
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager
 from pathlib import Path
@@ -189,25 +188,10 @@ def _numbered(batches: Iterable[list[tuple]], limit: int | None) -> Iterator[tup
 def _table(schema, batch: list[tuple]):
     import pyarrow as pa
 
-    *columns, search_text, documents = zip(*batch, strict=True)
-    arrays = [_array(pa, v, f.type) for v, f in zip(columns, schema, strict=False)]
-    arrays.append(pa.array(search_text, type=pa.large_string()))
-    arrays.append(_text_array(pa, documents))
+    from trajforge.export.arrow_columns import column_array
+
+    columns = zip(*batch, strict=True)
+    arrays = [
+        column_array(values, field.type) for values, field in zip(columns, schema, strict=True)
+    ]
     return pa.Table.from_arrays(arrays, schema=schema)
-
-
-def _array(pa, values: tuple, kind):
-    if kind == pa.bool_():  # SQLite stores booleans as 0/1
-        return pa.array(values, type=pa.int8()).cast(kind)
-    return pa.array(values, type=kind)
-
-
-def _text_array(pa, documents: tuple[bytes, ...]):
-    """A string array over the documents' UTF-8 bytes, joined once (no str objects made)."""
-    offsets = array("i", [0])
-    end = 0
-    for document in documents:
-        end += len(document)
-        offsets.append(end)
-    data = pa.py_buffer(b"".join(documents))
-    return pa.StringArray.from_buffers(len(documents), pa.py_buffer(offsets), data)
