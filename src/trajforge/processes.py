@@ -137,11 +137,12 @@ def remove_orphan_spools() -> None:
     """Remove the spool folders whose process is no longer running (killed, say)."""
     for folder in Path(tempfile.gettempdir()).glob(f"{SPOOL_PREFIX}*-*"):
         pid = folder.name.removeprefix(SPOOL_PREFIX).partition("-")[0]
-        if pid.isdigit() and not _running(int(pid)):
+        if pid.isdigit() and not process_running(int(pid)):
             shutil.rmtree(folder, ignore_errors=True)
 
 
-def _running(pid: int) -> bool:
+def process_running(pid: int) -> bool:
+    """Whether a process with this id runs (another user's included)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

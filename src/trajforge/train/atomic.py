@@ -21,6 +21,8 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
+from trajforge.processes import process_running
+
 _EXCHANGE = 2  # RENAME_EXCHANGE
 _AT_FDCWD = -100
 _UNSUPPORTED = {errno.EINVAL, errno.ENOSYS, errno.ENOTSUP, errno.EXDEV}
@@ -101,15 +103,5 @@ def _remove_stale(final: Path) -> None:
     """Remove the staging directories of writers of `final` that no longer run."""
     for path in final.parent.glob(f".{final.name}.*.partial"):
         pid = path.name[len(final.name) + 2 :].split("-", 1)[0]
-        if pid.isdigit() and int(pid) != os.getpid() and not _running(int(pid)):
+        if pid.isdigit() and int(pid) != os.getpid() and not process_running(int(pid)):
             shutil.rmtree(path, ignore_errors=True)
-
-
-def _running(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
