@@ -18,7 +18,7 @@ from trajforge.store.search_query import search_condition
 from trajforge.store.sqlite import TrajectoryRow
 
 SHARD_GLOB = "part-*.parquet"
-ROW_COLUMNS = tuple(TrajectoryRow.model_fields)
+ROW_COLUMNS = TrajectoryRow._fields
 """The Parquet columns a summary row reads (the export writes them under these names)."""
 
 
@@ -66,7 +66,7 @@ class ParquetRuns:
 
 
 def _row(values: tuple) -> TrajectoryRow:
-    return TrajectoryRow(**dict(zip(ROW_COLUMNS, values, strict=True)))
+    return TrajectoryRow(*values)
 
 
 def _connect() -> Any:
