@@ -47,7 +47,19 @@ within 0.58-0.69 s, the spread of repeated runs: the cost is tokenizing, not mer
 flushing. So moving the index to a second database file written by its own process would not
 reach 3x on 2 cores either: the CPU of the whole import, workers included, is 6.8-7.1x
 json.load, and on 2 cores wall time cannot fall below half of it (3.4-3.6x) however the work is
-split."""
+split.
+
+The workers hand their runs back through files (`processes.Spool`), not the pool's pipe:
+through the pipe, a worker that had encoded a part waited until the main process had read all
+of it, 64 KB at a time on the pool's thread, which had to take the GIL from the busy writer
+for each. In paired whole-command runs (eight each) that made importing one 100 MB JSONL copy
+of the shared data 0.87x the time (0.91x the CPU, peak RSS 105 MB instead of 114), these files
+0.95x (a spread of 0.87-1.14) and ten copies no faster (there the writer is the limit).
+Profiled at ten copies (1 GB), the writer's 13.9 s were 9.9 s writing the full-text index,
+1.9 s inserting rows, 0.8 s taking the workers' results and 0.5 s committing; the FTS5
+`automerge` 8, `crisismerge` 64 and `hashsize` 16 MB options together were 3% faster in six
+alternating pairs of such imports, within their spread, and at thirty copies 38.4 s against
+40.0 s (means of two alternating pairs, each pair's order swapped), within it too."""
 
 from __future__ import annotations
 

@@ -34,21 +34,27 @@ from 10x, the imports' included (each into a fresh store). Progress lines go to 
 `--against SRC` runs the commands with a second source tree (for example an older
 checkout's `src`) on its own store, and prints new / old per row.
 
-On a 2-core AMD EPYC with AVX-512 and 23 GB of memory (`results/store_scale.json`, at a
-time the same machine ran everything 1.2-1.7 times slower than a few hours before: an import
-of one run took 0.48 s, not 0.28): import time per GB 22.2, 13.6, 16.9 and 17.2 s from 1x to
-100x (1.63 max over min; past the fixed cost 17.3, 13.1, 16.7 and 17.2, 1.31); the 100x
-imports took 157 and 182 s. A few hours before, with each scale's copies written just before
-its import: 16.8, 11.6, 12.2 and 16.6 s (1.45). Where 100x goes, from timers around each copy
-of an import in one process (twelve runs): the writer's user CPU a copy stays flat within a
-run, its system CPU about doubles for the copies between about the 50th and the 80th (0.33-0.4
-to 0.6-1.1 s), then falls back. In a profile of that stretch, writing pages (`pwrite64`)
-takes 30% of the writer's time, partial pages among them (probably the rollback journal,
-whose records are not page-aligned), and `line_ranges` reading each copy before a worker
-reads it again 10%. No page was reclaimed from the cache until about the 80th copy; from
-there the store and the copies no longer fit in memory together, and dropping each copy from
-the cache once read (`forget_cached`) made 100x imports 0-24 s faster in four pairs of runs
-(median about 8 s).
+On a 2-core AMD EPYC with AVX-512 and 23 GB of memory (`results/store_scale.json`): import time
+per GB 14.9, 15.1, 13.7 and 14.6 s from 1x to 100x (1.11 max over min; past the fixed cost of
+0.42 s, 10.7, 14.7, 13.5 and 14.5, 1.38), the import's process tree at most 158 MB. Half an
+hour before, on the same code but for the listings' rows (named tuples since), the same command
+gave 21.0, 14.4, 17.2 and 17.7 s (1.45; past a fixed cost of 0.38 s, 1.26), and the 100x
+imports took 171 and 178 s against 145 and 141 s: the machine's speed moved every figure, the
+1x one most. An earlier run, before the workers handed their results back through files and big
+files were cut without being read first: 22.2, 13.6, 16.9 and 17.2 s (1.63), peaks up to 239
+MB. The copy of the store file that the exports are held against is itself unsteady below 30x
+(at 10x 0.49 s in one run, 2.19 s in the other, as the file is or is not still in the page
+cache), so the export ratios mean most at 30x and 100x: JSONL 1.96x and 1.97x. Where 100x went
+before those changes, from timers around each copy of an import in one process (twelve runs):
+the writer's user CPU a copy stays flat within a run, its system CPU about doubles for the
+copies between about the 50th and the 80th (0.33-0.4 to 0.6-1.1 s), then falls back. In a
+profile of that stretch, writing pages (`pwrite64`) takes 30% of the writer's time, partial
+pages among them (probably the rollback journal, whose records are not page-aligned), and
+`line_ranges` reading each copy before a worker read it again 10% (it now reads only around
+each cut). No page was reclaimed from the cache until about the 80th copy; from there the store
+and the copies no longer fit in memory together, and dropping each copy from the cache once
+read (`forget_cached`) made 100x imports 0-24 s faster in four pairs of runs (median about 8
+s).
 """
 
 from __future__ import annotations
