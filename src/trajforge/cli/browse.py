@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated
 
@@ -40,7 +42,7 @@ def ls_command(
     if len(rows) <= RICH_TABLE_ROWS:
         console.print(_rows_table(rows))
     else:
-        sys.stdout.write(_plain_rows(rows))
+        sys.stdout.writelines(_plain_rows(rows))
 
 
 RICH_TABLE_ROWS = 200
@@ -63,15 +65,17 @@ def _row_cells(row: TrajectoryRow) -> tuple[str, ...]:
     )
 
 
-def _plain_rows(rows: list[TrajectoryRow]) -> str:
-    """The listing as plain text: a header, then one line per run in aligned columns."""
-    lines = [_COLUMNS, *(_row_cells(row) for row in rows)]
-    widths = [max(len(line[i]) for line in lines) for i in range(len(_COLUMNS))]
-    text = [
-        "  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip()
-        for line in lines
-    ]
-    return "\n".join([*text, f"{len(rows)} trajectories", ""])
+def _plain_rows(rows: list[TrajectoryRow]) -> Iterator[str]:
+    """The listing as plain text, line by line: a header, then one line per run in aligned
+    columns (the cells are made twice, once for the widths, rather than held: at 100,000
+    runs they took more memory than the rows)."""
+    widths = [len(name) for name in _COLUMNS]
+    for row in rows:
+        widths = [max(pair) for pair in zip(widths, map(len, _row_cells(row)), strict=True)]
+    for cells in itertools.chain([_COLUMNS], map(_row_cells, rows)):
+        line = "  ".join(cell.ljust(width) for cell, width in zip(cells, widths, strict=True))
+        yield line.rstrip() + "\n"
+    yield f"{len(rows)} trajectories\n"
 
 
 def _row_json(row: TrajectoryRow) -> dict:
