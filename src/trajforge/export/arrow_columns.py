@@ -29,12 +29,12 @@ def column_array(values: Sequence[Any], kind: pa.DataType) -> pa.Array:
     if kind == pa.bool_():
         return pa.Array.from_buffers(kind, len(values), [validity, _bits(values)])
     if kind in _OFFSETS:
-        return text_array(values, kind, validity)
+        return _text_array(values, kind, validity)
     raise ValueError(f"no Arrow column of type {kind}")
 
 
-def text_array(
-    values: Sequence[str | bytes | None], kind: pa.DataType = pa.string(), validity: Any = None
+def _text_array(
+    values: Sequence[str | bytes | None], kind: pa.DataType, validity: pa.Buffer | None
 ) -> pa.Array:
     """A string array over the values' UTF-8 bytes, joined once."""
     encoded = [v.encode() if isinstance(v, str) else v or b"" for v in values]

@@ -377,8 +377,8 @@ def _line_ranges(path: Path) -> list[LineRange]:
 
 class _ReadAhead:
     """Pieces of the files handed to the workers in file order, at most `READ_AHEAD_BYTES`
-    ahead of the file being stored; their runs come back through `results` (files: through
-    the pool's pipe, a worker waited for this busy process to take each part's runs)."""
+    ahead of the file being stored. Their runs come back as files (`results`): through the
+    pool's pipe, a worker waited until this busy process had taken each part's runs."""
 
     def __init__(
         self,
