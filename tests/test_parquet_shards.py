@@ -80,7 +80,7 @@ def test_shards_hold_every_run_once_in_store_order(stores) -> None:
 @pytest.mark.parametrize("flt", FILTERS, ids=lambda f: repr(f.model_dump(exclude_defaults=True)))
 def test_rows_and_stats_equal_the_store(stores, flt: TrajectoryFilter) -> None:
     store, parquet, _ = stores
-    assert parquet.rows(flt) == store.rows(flt)
+    assert list(parquet.iter_rows(flt)) == store.rows(flt)
     assert compute_stats(parquet, flt) == compute_stats(store, flt)
 
 
@@ -89,7 +89,7 @@ def test_search_finds_the_runs_the_full_text_index_finds(stores, q: str) -> None
     store, parquet, _ = stores
     flt = TrajectoryFilter(text=q)
     expected = store.rows(flt)
-    assert [r.id for r in parquet.rows(flt)] == [r.id for r in expected]
+    assert [r.id for r in parquet.iter_rows(flt)] == [r.id for r in expected]
 
 
 def test_the_searches_are_not_trivial(stores) -> None:
@@ -109,7 +109,7 @@ def test_queries_the_store_refuses_are_refused(stores, q: str) -> None:
     with pytest.raises(UserError, match="is not valid"):
         parse_search(q)
     with pytest.raises(UserError, match="is not valid"):
-        parquet.rows(TrajectoryFilter(text=q))
+        list(parquet.iter_rows(TrajectoryFilter(text=q)))
 
 
 def test_export_again_replaces_the_shards_and_keeps_other_folders(stores, tmp_path: Path) -> None:
@@ -118,7 +118,7 @@ def test_export_again_replaces_the_shards_and_keeps_other_folders(stores, tmp_pa
     export("parquet", store, out, shard_rows=100)
     export("parquet", store, out, TrajectoryFilter(environment="tau-airline"), shard_rows=100)
     with ParquetRuns(out) as again:
-        assert again.rows() == store.rows(TrajectoryFilter(environment="tau-airline"))
+        assert list(again.iter_rows()) == store.rows(TrajectoryFilter(environment="tau-airline"))
     other = tmp_path / "notes"
     other.mkdir()
     (other / "keep.txt").write_text("mine")

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import itertools
+import pickle
 import sys
-from collections.abc import Iterator
+import tempfile
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Annotated
 
@@ -19,6 +21,7 @@ from trajforge.cli.common import (
     open_runs,
     open_store,
     print_json,
+    print_json_items,
 )
 from trajforge.cli.options import RunFilter, option_sets
 from trajforge.cli.render import render_diagnoses, render_metadata_changes, render_trajectory
@@ -35,18 +38,20 @@ def ls_command(
     """List stored trajectories (one line each)."""
     flt = runs.selection()
     with open_runs(db, parquet) as source:
-        rows = source.rows(flt)
-    if json_out:
-        print_json([_row_json(r) for r in rows])
-        return
-    if len(rows) <= RICH_TABLE_ROWS:
-        console.print(_rows_table(rows))
-    else:
-        sys.stdout.writelines(_plain_rows(rows))
+        rows = source.iter_rows(flt)
+        if json_out:
+            print_json_items(map(_row_json, rows))
+            return
+        first = list(itertools.islice(rows, RICH_TABLE_ROWS + 1))
+        if len(first) <= RICH_TABLE_ROWS:
+            console.print(_rows_table(first))
+        else:
+            sys.stdout.writelines(_plain_rows(itertools.chain(first, rows)))
 
 
 RICH_TABLE_ROWS = 200
-"""Longer listings print plain aligned rows: rich's table layout grows slow with many rows."""
+"""Longer listings print plain aligned rows: rich's table layout grows slow with many rows.
+Listings are printed as the rows are read, so memory stays the same whatever their length."""
 _COLUMNS = ("id", "source", "model", "env", "task", "outcome", "steps", "tokens")
 _OUTCOMES = {"success": "success", "failure": "failure", "model_error": "model error",
              "unjudged": "?"}  # fmt: skip
@@ -65,17 +70,27 @@ def _row_cells(row: TrajectoryRow) -> tuple[str, ...]:
     )
 
 
-def _plain_rows(rows: list[TrajectoryRow]) -> Iterator[str]:
+def _plain_rows(rows: Iterable[TrajectoryRow]) -> Iterator[str]:
     """The listing as plain text, line by line: a header, then one line per run in aligned
-    columns (the cells are made twice, once for the widths, rather than held: at 100,000
-    runs they took more memory than the rows)."""
+    columns. The column widths are known only after the last row, so the cells wait in an
+    unnamed temporary file rather than in memory."""
     widths = [len(name) for name in _COLUMNS]
-    for row in rows:
-        widths = [max(pair) for pair in zip(widths, map(len, _row_cells(row)), strict=True)]
-    for cells in itertools.chain([_COLUMNS], map(_row_cells, rows)):
-        line = "  ".join(cell.ljust(width) for cell, width in zip(cells, widths, strict=True))
-        yield line.rstrip() + "\n"
-    yield f"{len(rows)} trajectories\n"
+    count = 0
+    with tempfile.TemporaryFile() as waiting:
+        for cells in map(_row_cells, rows):
+            widths = [max(pair) for pair in zip(widths, map(len, cells), strict=True)]
+            pickle.dump(cells, waiting)
+            count += 1
+        waiting.seek(0)
+        yield _aligned(_COLUMNS, widths)
+        for _ in range(count):
+            yield _aligned(pickle.load(waiting), widths)
+    yield f"{count} trajectories\n"
+
+
+def _aligned(cells: Sequence[str], widths: list[int]) -> str:
+    line = "  ".join(cell.ljust(width) for cell, width in zip(cells, widths, strict=True))
+    return line.rstrip() + "\n"
 
 
 def _row_json(row: TrajectoryRow) -> dict:

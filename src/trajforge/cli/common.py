@@ -7,7 +7,7 @@ import io
 import os
 import sqlite3
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Annotated, Any, NoReturn, ParamSpec, TypeVar
@@ -71,12 +71,28 @@ def open_runs(db: Path | None, parquet: Path | None) -> AbstractContextManager[R
 
 def print_json(value: Any) -> None:
     """Print a JSON document to stdout."""
+    sys.stdout.write(_json_text(value) + "\n")
+
+
+def print_json_items(items: Iterable[Any]) -> None:
+    """Print a JSON array to stdout an item at a time: the same text as `print_json` of
+    the list, without holding the list."""
+    first = True
+    for item in items:
+        sys.stdout.write(("[\n  " if first else ",\n  ") + _json_text(item).replace("\n", "\n  "))
+        first = False
+    sys.stdout.write("[]\n" if first else "\n]\n")
+
+
+def _json_text(value: Any) -> str:
+    """`value` as JSON indented by two spaces (line breaks inside strings are escaped, so
+    every line break in the text is the layout's)."""
     option = orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY
     try:
         data = orjson.dumps(value, option=option)
     except orjson.JSONEncodeError:  # a string that is not UTF-8, such as an odd file name
         data = orjson.dumps(_printable(value), option=option)
-    sys.stdout.write(data.decode() + "\n")
+    return data.decode()
 
 
 def _printable(value: Any) -> Any:

@@ -9,6 +9,7 @@ dependency (`pip install 'trajforge[parquet]'`).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -25,7 +26,9 @@ ROW_COLUMNS = TrajectoryRow._fields
 class RunRows(Protocol):
     """Where summary rows of runs come from: the SQLite store or Parquet shards."""
 
-    def rows(self, flt: TrajectoryFilter | None = None) -> list[TrajectoryRow]: ...
+    def iter_rows(self, flt: TrajectoryFilter | None = None) -> Iterator[TrajectoryRow]:
+        """Summary rows matching the filter, read as they are consumed."""
+        ...
 
 
 class ParquetRuns:
@@ -51,8 +54,9 @@ class ParquetRuns:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def rows(self, flt: TrajectoryFilter | None = None) -> list[TrajectoryRow]:
-        """Summary rows matching the filter, in the order the store holds them."""
+    def iter_rows(self, flt: TrajectoryFilter | None = None) -> Iterator[TrajectoryRow]:
+        """Summary rows matching the filter, in the order the store holds them, fetched a
+        batch at a time as they are consumed."""
         flt = flt or TrajectoryFilter()
         where, params = flt.where(DUCKDB)
         sql = (
@@ -62,11 +66,12 @@ class ParquetRuns:
         if flt.limit is not None:
             sql += f" LIMIT {int(flt.limit)}"
         result = self.db.execute(sql, [[str(s) for s in self.shards], *params])
-        return [_row(values) for values in result.fetchall()]
+        while batch := result.fetchmany(FETCH_ROWS):
+            yield from map(TrajectoryRow._make, batch)
 
 
-def _row(values: tuple) -> TrajectoryRow:
-    return TrajectoryRow(*values)
+FETCH_ROWS = 10_000
+"""Rows fetched from DuckDB at a time."""
 
 
 def _connect() -> Any:

@@ -554,14 +554,17 @@ class Store:
 
     def rows(self, flt: TrajectoryFilter | None = None) -> list[TrajectoryRow]:
         """Summary rows matching the filter, without decoding the documents."""
+        return list(self.iter_rows(flt))
+
+    def iter_rows(self, flt: TrajectoryFilter | None = None) -> Iterator[TrajectoryRow]:
+        """The same rows as `rows`, read as they are consumed (listings of any length in
+        bounded memory). Do not write to the store before the iteration ends."""
         sql, params = self._select(", ".join(TrajectoryRow._fields), flt)
         success = TrajectoryRow._fields.index("success")
-        result = []
         for values in self.db.execute(sql, params):
             if values[success] is not None:  # SQLite keeps booleans as 0 / 1
                 values = (*values[:success], bool(values[success]), *values[success + 1 :])
-            result.append(TrajectoryRow(*values))
-        return result
+            yield TrajectoryRow(*values)
 
     def episodes(self, harness: str, env: str) -> dict[str, tuple[str, str | None]]:
         """Episode key -> (trajectory id, termination reason) of the runs `harness` stored
