@@ -51,6 +51,9 @@ FILTERS = [
     TrajectoryFilter(model_error=False, run="toolorchestra"),
     TrajectoryFilter(forks=False, limit=20),
     TrajectoryFilter(text="reservation", success=False, limit=7),
+    TrajectoryFilter(limit=SHARD_ROWS),  # a limit that ends with a shard
+    TrajectoryFilter(limit=SHARD_ROWS + 1),  # ... one past it
+    TrajectoryFilter(environment="tau-retail", limit=3 * SHARD_ROWS),  # across shards
 ]
 
 

