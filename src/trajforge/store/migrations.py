@@ -8,6 +8,7 @@ has shipped.
 from __future__ import annotations
 
 import sqlite3
+import sys
 from collections.abc import Callable
 
 
@@ -301,6 +302,82 @@ def m011_strategies(db: sqlite3.Connection) -> None:
     db.execute("CREATE INDEX idx_strategies_environment ON strategies(environment)")
 
 
+def m012_document_last(db: sqlite3.Connection) -> None:
+    """The runs table rebuilt with the document as its last column. Columns added after it
+    (m004, m006) sat behind it in each row, and SQLite reaches a column behind a document
+    of many pages by reading them all: listing 30,150 runs' summaries read 4.7 GB in 1.0 s
+    instead of 0.11 s. Rows keep their rowids (the full-text index is keyed by them); the
+    indexes and triggers are made again as they were. A one-time copy of every document,
+    in one transaction (a process killed half-way leaves the store as it was): on a 30x
+    store (4.7 GB) 72 s, with the copy in the write-ahead log until it is checkpointed, so
+    it needs free disk of about twice the runs' size; the file keeps the old table's pages
+    as free space that later imports fill."""
+    keep = db.execute(
+        "SELECT sql FROM sqlite_master WHERE tbl_name = 'trajectories' "
+        "AND type IN ('index', 'trigger') AND sql IS NOT NULL"
+    ).fetchall()
+    _announce_rewrite(db)
+    db.execute(
+        """
+        CREATE TABLE trajectories_rebuilt (
+            id TEXT PRIMARY KEY,
+            format_version INTEGER NOT NULL,
+            harness TEXT,
+            model TEXT,
+            run TEXT,
+            environment TEXT,
+            task_id TEXT,
+            success INTEGER,
+            reward REAL,
+            n_messages INTEGER NOT NULL,
+            n_steps INTEGER NOT NULL,
+            total_tokens INTEGER,
+            parent_id TEXT,
+            fork_index INTEGER,
+            format TEXT,
+            source_file TEXT,
+            created_at REAL NOT NULL,
+            prompt_tokens INTEGER,
+            completion_tokens INTEGER,
+            n_labels INTEGER,
+            n_faults INTEGER,
+            episode_key TEXT,
+            episode_env TEXT,
+            termination_reason TEXT,
+            doc BLOB NOT NULL
+        )
+        """
+    )
+    columns = ", ".join(row[1] for row in db.execute("PRAGMA table_info(trajectories_rebuilt)"))
+    db.execute(
+        f"INSERT INTO trajectories_rebuilt (rowid, {columns}) "
+        f"SELECT rowid, {columns} FROM trajectories ORDER BY rowid"
+    )
+    db.execute("DROP TABLE trajectories")
+    db.execute("ALTER TABLE trajectories_rebuilt RENAME TO trajectories")
+    for (sql,) in keep:
+        db.execute(sql)
+
+
+REWRITE_NOTICE_BYTES = 256 * 2**20
+
+
+def _announce_rewrite(db: sqlite3.Connection) -> None:
+    """One line on stderr before a rewrite of a store big enough to take a while."""
+    if not db.execute("SELECT EXISTS (SELECT 1 FROM trajectories)").fetchone()[0]:
+        return
+    (pages,) = db.execute("PRAGMA page_count").fetchone()
+    (page_size,) = db.execute("PRAGMA page_size").fetchone()
+    if pages * page_size >= REWRITE_NOTICE_BYTES:
+        size_gb = pages * page_size / 1e9
+        sys.stderr.write(
+            f"trajforge: upgrading this store ({size_gb:.1f} GB) once: its runs are copied "
+            "so that listings no longer read their documents (about 15 s per GB, and "
+            "free disk of twice its size)\n"
+        )
+        sys.stderr.flush()
+
+
 MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
     m001_trajectories,
     m002_diagnoses,
@@ -313,6 +390,7 @@ MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
     m009_metadata_changes,
     m010_model_errors_not_judged,
     m011_strategies,
+    m012_document_last,
 ]
 
 

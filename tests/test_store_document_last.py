@@ -1,0 +1,100 @@
+"""Migration 12: a store whose runs table had columns behind the document is rebuilt with the
+document last, keeping every run, rowid, index, trigger and search."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from trajforge.demo import sample_dir
+from trajforge.importers import import_paths
+from trajforge.store import Store, TrajectoryFilter, migrations
+from trajforge.store.migrations import MIGRATIONS
+
+SEARCHES = ["flight", '"cancel reservation"', "refund OR exchange", "reserv*"]
+
+
+def _version_11_store(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The sample runs in a store written by trajforge before migration 12."""
+    with monkeypatch.context() as patch:
+        patch.setattr(migrations, "MIGRATIONS", MIGRATIONS[:11])
+        with Store(path) as store:
+            import_paths(store, [str(sample_dir())])
+
+
+def _columns(path: Path) -> list[str]:
+    db = sqlite3.connect(path)
+    try:
+        return [row[1] for row in db.execute("PRAGMA table_info(trajectories)")]
+    finally:
+        db.close()
+
+
+def _schema(store: Store) -> list[tuple[str, str]]:
+    """Name and SQL of the runs table's indexes and triggers (the table's own SQL aside)."""
+    rows = store.db.execute(
+        "SELECT name, sql FROM sqlite_master WHERE tbl_name = 'trajectories' "
+        "AND type IN ('index', 'trigger') AND sql IS NOT NULL ORDER BY name"
+    )
+    return [(name, sql) for name, sql in rows]
+
+
+def _contents(store: Store) -> dict:
+    return {
+        "rows": store.rows(),
+        "rowids": store.db.execute("SELECT rowid, id FROM trajectories ORDER BY rowid").fetchall(),
+        "documents": [traj.model_dump() for traj in store.query()],
+        "searches": {q: [r.id for r in store.rows(TrajectoryFilter(text=q))] for q in SEARCHES},
+    }
+
+
+def test_the_runs_table_is_rebuilt_with_the_document_last(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    old = tmp_path / "old.db"
+    _version_11_store(old, monkeypatch)
+    assert _columns(old)[-1] == "termination_reason"  # behind `doc`, as m006 added it
+    with monkeypatch.context() as patch:
+        patch.setattr(migrations, "MIGRATIONS", MIGRATIONS[:11])
+        with Store(old) as before:
+            expected, schema = _contents(before), _schema(before)
+    with Store(old) as migrated:
+        assert _contents(migrated) == expected
+        assert _schema(migrated) == schema
+        version = migrated.db.execute("PRAGMA user_version").fetchone()[0]
+        assert version == len(MIGRATIONS)
+    columns = _columns(old)
+    assert columns[-1] == "doc" and "termination_reason" in columns
+    assert len(expected["rows"]) == 34 and all(expected["searches"].values())
+
+
+def test_a_deleted_run_leaves_the_search_after_the_rebuild(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    old = tmp_path / "old.db"
+    _version_11_store(old, monkeypatch)
+    with Store(old) as store:
+        found = store.rows(TrajectoryFilter(text="flight"))
+        store.delete(found[0].id)
+        left = store.db.execute("SELECT count(*) FROM run_search").fetchone()[0]
+        assert left == store.count() == 33
+        assert [r.id for r in store.rows(TrajectoryFilter(text="flight"))] == [
+            r.id for r in found[1:]
+        ]
+
+
+def test_a_big_store_says_it_is_being_upgraded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    old = tmp_path / "old.db"
+    _version_11_store(old, monkeypatch)
+    capsys.readouterr()
+    monkeypatch.setattr(migrations, "REWRITE_NOTICE_BYTES", 0)
+    with Store(old):
+        pass
+    assert "upgrading this store" in capsys.readouterr().err
+    with Store(tmp_path / "new.db"):  # a new store has nothing to copy: no notice
+        pass
+    assert capsys.readouterr().err == ""
