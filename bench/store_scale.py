@@ -35,27 +35,30 @@ from 10x, the imports' included (each into a fresh store). Progress lines go to 
 checkout's `src`) on its own store, and prints new / old per row.
 
 On a 2-core AMD EPYC with AVX-512 and 23 GB of memory (`results/store_scale.json`): import time
-per GB 19.3, 14.2, 12.8 and 14.6 s from 1x to 100x (1.50 max over min; past the fixed cost of
-0.49 s, 14.3, 13.7, 12.7 and 14.6, 1.15), the import's process tree at most 161 MB, and `ls`,
-`ls --json` and `stats` at most 40 MB at every scale since they stream their rows (at 100x `ls`
-took 170 MB and `stats` 129 MB when they held them). The run before, on the same import code,
-gave 14.9, 15.1, 13.7 and 14.6 s (1.11), and one half an hour before that 21.0, 14.4, 17.2 and
-17.7 s (1.45), its 100x imports taking 171 and 178 s against 141-146 s in the others: the
-machine's speed moves every figure, the 1x one most. An earlier run, before the workers handed
+per GB 16.1, 12.3, 14.0 and 17.3 s from 1x to 100x (1.41 max over min; past the fixed cost of
+0.31 s, 1.44), the import's process tree at most 162 MB, and `ls`, `ls --json` and `stats` at
+most 40 MB at every scale since they stream their rows (at 100x `ls` took 170 MB and `stats` 129
+MB when they held them). The machine was slower during the 100x part of that run: `json.loads`
+of the same lines took 47.5 s there against 36.4 s in the run before, whose figures on the same
+import code were 19.3, 14.2, 12.8 and 14.6 s (1.50), and in one before that 14.9, 15.1, 13.7 and
+14.6 s (1.11): the machine's speed moves every figure. An earlier run, before the workers handed
 their results back through files and big files were cut without being read first: 22.2, 13.6,
-16.9 and 17.2 s (1.63), peaks up to 239 MB. The copy of the store file that the exports are held
-against is itself unsteady (at 10x 0.49, 1.65 and 2.19 s in three runs; at 100x 16.3 and 20.1
-s), so the export ratios mean most at 30x and 100x: JSONL 1.81x and 2.12x in the last run, 1.96x
-and 1.97x in the one before. Where 100x went before the workers' result files and the cuts found
-by seeking, from timers around each copy of an import in one process (twelve runs): the writer's
-user CPU a copy stays flat within a run, its system CPU about doubles for the copies between
-about the 50th and the 80th (0.33-0.4 to 0.6-1.1 s), then falls back. In a profile of that
-stretch, writing pages (`pwrite64`) takes 30% of the writer's time, partial pages among them
-(probably the rollback journal, whose records are not page-aligned), and `line_ranges` reading
-each copy before a worker read it again 10% (it now reads only around each cut). No page was
-reclaimed from the cache until about the 80th copy; from there the store and the copies no
-longer fit in memory together, and dropping each copy from the cache once read (`forget_cached`)
-made 100x imports 0-24 s faster in four pairs of runs (median about 8 s).
+16.9 and 17.2 s (1.63), peaks up to 239 MB. With the document the last column of a row, `ls` at
+100x takes 1.92 s and `stats` 1.11 s (4.53 s and 2.94 s in the run before, when reaching
+`termination_reason` meant reading each document). The copy of the store file that the exports
+are held against is itself unsteady (at 10x 0.45, 0.49, 1.65 and 2.19 s in four runs; at 100x
+16.3-20.6 s), so the export ratios mean most at 30x and 100x: JSONL 2.38x and 2.49x in the last
+run, 1.81-1.96x and 1.97-2.12x in the two before, on the same export code. Where 100x went
+before the workers' result files and the cuts found by seeking, from timers around each copy of
+an import in one process (twelve runs): the writer's user CPU a copy stays flat within a run,
+its system CPU about doubles for the copies between about the 50th and the 80th (0.33-0.4 to
+0.6-1.1 s), then falls back. In a profile of that stretch, writing pages (`pwrite64`) takes 30%
+of the writer's time, partial pages among them (probably the rollback journal, whose records are
+not page-aligned), and `line_ranges` reading each copy before a worker read it again 10% (it now
+reads only around each cut). No page was reclaimed from the cache until about the 80th copy;
+from there the store and the copies no longer fit in memory together, and dropping each copy
+from the cache once read (`forget_cached`) made 100x imports 0-24 s faster in four pairs of runs
+(median about 8 s).
 """
 
 from __future__ import annotations
