@@ -75,17 +75,26 @@ def _plain_rows(rows: Iterable[TrajectoryRow]) -> Iterator[str]:
     columns. The column widths are known only after the last row, so the cells wait in an
     unnamed temporary file rather than in memory."""
     widths = [len(name) for name in _COLUMNS]
-    count = 0
+    count, chunk = 0, []
     with tempfile.TemporaryFile() as waiting:
         for cells in map(_row_cells, rows):
             widths = [max(pair) for pair in zip(widths, map(len, cells), strict=True)]
-            pickle.dump(cells, waiting)
-            count += 1
+            chunk.append(cells)
+            if len(chunk) == SPILLED_ROWS:
+                pickle.dump(chunk, waiting)
+                count, chunk = count + len(chunk), []
         waiting.seek(0)
         yield _aligned(_COLUMNS, widths)
-        for _ in range(count):
-            yield _aligned(pickle.load(waiting), widths)
-    yield f"{count} trajectories\n"
+        for _ in range(count // SPILLED_ROWS):
+            for cells in pickle.load(waiting):
+                yield _aligned(cells, widths)
+        for cells in chunk:
+            yield _aligned(cells, widths)
+    yield f"{count + len(chunk)} trajectories\n"
+
+
+SPILLED_ROWS = 1000
+"""Rows whose cells are written to the temporary file at a time."""
 
 
 def _aligned(cells: Sequence[str], widths: list[int]) -> str:
