@@ -32,6 +32,15 @@ def _columns(path: Path) -> list[str]:
         db.close()
 
 
+def _column_info(path: Path) -> dict[str, tuple]:
+    """Each column's type, NOT NULL, default and primary key, by name."""
+    db = sqlite3.connect(path)
+    try:
+        return {row[1]: row[2:] for row in db.execute("PRAGMA table_info(trajectories)")}
+    finally:
+        db.close()
+
+
 def _schema(store: Store) -> list[tuple[str, str]]:
     """Name and SQL of the runs table's indexes and triggers (the table's own SQL aside)."""
     rows = store.db.execute(
@@ -56,6 +65,7 @@ def test_the_runs_table_is_rebuilt_with_the_document_last(
     old = tmp_path / "old.db"
     _version_11_store(old, monkeypatch)
     assert _columns(old)[-1] == "termination_reason"  # behind `doc`, as m006 added it
+    info = _column_info(old)
     with monkeypatch.context() as patch:
         patch.setattr(migrations, "MIGRATIONS", MIGRATIONS[:11])
         with Store(old) as before:
@@ -65,9 +75,12 @@ def test_the_runs_table_is_rebuilt_with_the_document_last(
         assert _schema(migrated) == schema
         version = migrated.db.execute("PRAGMA user_version").fetchone()[0]
         assert version == len(MIGRATIONS)
-    columns = _columns(old)
-    assert columns[-1] == "doc" and "termination_reason" in columns
+    assert _column_info(old) == info
+    assert _columns(old)[-1] == "doc"
     assert len(expected["rows"]) == 34 and all(expected["searches"].values())
+    with Store(old) as again:  # the id is still unique: the same runs are duplicates
+        report = import_paths(again, [str(sample_dir())])
+        assert report.added == 0 and report.duplicates == 34 and again.count() == 34
 
 
 def test_a_deleted_run_leaves_the_search_after_the_rebuild(

@@ -317,46 +317,27 @@ def m012_document_last(db: sqlite3.Connection) -> None:
         "AND type IN ('index', 'trigger') AND sql IS NOT NULL"
     ).fetchall()
     _announce_rewrite(db)
+    columns = db.execute("PRAGMA table_info(trajectories)").fetchall()
+    ordered = sorted(columns, key=lambda column: column[1] == "doc")  # stable: doc last
+    declared = ", ".join(_declaration(*column[1:6]) for column in ordered)
+    db.execute(f"CREATE TABLE trajectories_rebuilt ({declared})")
+    names = ", ".join(column[1] for column in ordered)
     db.execute(
-        """
-        CREATE TABLE trajectories_rebuilt (
-            id TEXT PRIMARY KEY,
-            format_version INTEGER NOT NULL,
-            harness TEXT,
-            model TEXT,
-            run TEXT,
-            environment TEXT,
-            task_id TEXT,
-            success INTEGER,
-            reward REAL,
-            n_messages INTEGER NOT NULL,
-            n_steps INTEGER NOT NULL,
-            total_tokens INTEGER,
-            parent_id TEXT,
-            fork_index INTEGER,
-            format TEXT,
-            source_file TEXT,
-            created_at REAL NOT NULL,
-            prompt_tokens INTEGER,
-            completion_tokens INTEGER,
-            n_labels INTEGER,
-            n_faults INTEGER,
-            episode_key TEXT,
-            episode_env TEXT,
-            termination_reason TEXT,
-            doc BLOB NOT NULL
-        )
-        """
-    )
-    columns = ", ".join(row[1] for row in db.execute("PRAGMA table_info(trajectories_rebuilt)"))
-    db.execute(
-        f"INSERT INTO trajectories_rebuilt (rowid, {columns}) "
-        f"SELECT rowid, {columns} FROM trajectories ORDER BY rowid"
+        f"INSERT INTO trajectories_rebuilt (rowid, {names}) "
+        f"SELECT rowid, {names} FROM trajectories ORDER BY rowid"
     )
     db.execute("DROP TABLE trajectories")
     db.execute("ALTER TABLE trajectories_rebuilt RENAME TO trajectories")
     for (sql,) in keep:
         db.execute(sql)
+
+
+def _declaration(name: str, kind: str, not_null: int, default: str | None, key: int) -> str:
+    """A column's definition from its `PRAGMA table_info` row."""
+    parts = [name, kind, "NOT NULL" if not_null else "", "PRIMARY KEY" if key else ""]
+    if default is not None:
+        parts.append(f"DEFAULT {default}")
+    return " ".join(part for part in parts if part)
 
 
 REWRITE_NOTICE_BYTES = 256 * 2**20
