@@ -4,6 +4,9 @@ document last, keeping every run, rowid, index, trigger and search."""
 from __future__ import annotations
 
 import sqlite3
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -111,3 +114,41 @@ def test_a_big_store_says_it_is_being_upgraded(
     with Store(tmp_path / "new.db"):  # a new store has nothing to copy: no notice
         pass
     assert capsys.readouterr().err == ""
+
+
+OPEN = "import sys\nfrom trajforge.store import Store\nStore(sys.argv[1]).close()\n"
+
+
+def test_a_rebuild_killed_half_way_leaves_the_store_as_it_was(
+    shared_data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Killed while its copy fills the write-ahead log, the migration leaves version 11 with
+    every run; the next open rebuilds it, and listings and searches give what they gave."""
+    old = tmp_path / "old.db"
+    with monkeypatch.context() as patch:
+        patch.setattr(migrations, "MIGRATIONS", MIGRATIONS[:11])
+        with Store(old) as store:
+            import_paths(store, [str(shared_data / "tau-bench"), str(shared_data / "tau2-bench")])
+            expected = _contents(store)
+    wal = old.with_name(old.name + "-wal")
+    child = subprocess.Popen([sys.executable, "-c", OPEN, str(old)], stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 60
+    while child.poll() is None and time.monotonic() < deadline:
+        if wal.exists() and wal.stat().st_size > 2_000_000:  # the copy is under way
+            child.kill()
+            break
+        time.sleep(0.002)
+    child.communicate(timeout=60)
+    assert child.returncode == -9, "the migration ended before it could be killed"
+    db = sqlite3.connect(old)
+    try:
+        assert db.execute("PRAGMA user_version").fetchone()[0] == 11
+        assert db.execute("SELECT count(*) FROM trajectories").fetchone()[0] == len(
+            expected["rows"]
+        )
+    finally:
+        db.close()
+    with Store(old) as migrated:
+        assert _contents(migrated) == expected
+        assert migrated.db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    assert _columns(old)[-1] == "doc"
