@@ -11,6 +11,8 @@ import sqlite3
 import sys
 from collections.abc import Callable
 
+from trajforge.progress import heartbeat
+
 
 def m001_trajectories(db: sqlite3.Connection) -> None:
     db.execute(
@@ -322,11 +324,13 @@ def m012_document_last(db: sqlite3.Connection) -> None:
     declared = ", ".join(_declaration(*column[1:6]) for column in ordered)
     db.execute(f"CREATE TABLE trajectories_rebuilt ({declared})")
     names = ", ".join(column[1] for column in ordered)
-    db.execute(
-        f"INSERT INTO trajectories_rebuilt (rowid, {names}) "
-        f"SELECT rowid, {names} FROM trajectories ORDER BY rowid"
-    )
-    db.execute("DROP TABLE trajectories")
+    with heartbeat("trajforge: upgrading this store", "copying its runs") as now:
+        db.execute(
+            f"INSERT INTO trajectories_rebuilt (rowid, {names}) "
+            f"SELECT rowid, {names} FROM trajectories ORDER BY rowid"
+        )
+        now("freeing the old copy's pages")
+        db.execute("DROP TABLE trajectories")
     db.execute("ALTER TABLE trajectories_rebuilt RENAME TO trajectories")
     for (sql,) in keep:
         db.execute(sql)
@@ -344,7 +348,8 @@ REWRITE_NOTICE_BYTES = 256 * 2**20
 
 
 def _announce_rewrite(db: sqlite3.Connection) -> None:
-    """One line on stderr before a rewrite of a store big enough to take a while."""
+    """One line on stderr before a rewrite of a store big enough to take a while (a
+    `heartbeat` line follows every 15 s while it lasts)."""
     if not db.execute("SELECT EXISTS (SELECT 1 FROM trajectories)").fetchone()[0]:
         return
     (pages,) = db.execute("PRAGMA page_count").fetchone()
